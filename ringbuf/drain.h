@@ -1,0 +1,65 @@
+/* The consumer pipeline of one device ring: drain producer rings, convert
+ * their clocks to host ns, encode events into chunks and append sealed
+ * chunks to the device's ring file.
+ *
+ * A drain is single-threaded: one thread (the device's consumer) calls
+ * every function here.  Other threads that want "everything up to now"
+ * sealed ask that thread to call rp_drain_flush. */
+#ifndef RINGPROF_DRAIN_H
+#define RINGPROF_DRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "clock.h"
+#include "err.h"
+#include "event.h"
+#include "ringfile.h"
+#include "shmring.h"
+
+struct rp_drain_opts {
+	uint64_t seal_interval_ns; /* seal a chunk once it is this old; 0: 1 s */
+};
+
+struct rp_drain_stats {
+	uint64_t events;          /* events encoded */
+	uint64_t chunks;          /* chunks sealed */
+	uint64_t raw_bytes;       /* encoded bytes before compression */
+	uint64_t comp_bytes;      /* chunk bytes handed to the ring file */
+	uint64_t producer_drops;  /* drops reported by producer rings */
+	uint64_t corrupt_records; /* records discarded as impossible */
+	unsigned producers;       /* producer rings attached now */
+};
+
+struct rp_drain;
+
+/* The drain writes into rf (borrowed: it must outlive the drain). */
+int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
+		 struct rp_drain **out, struct rp_err *err);
+/* Seals what is pending, syncs the ring file and frees the drain (the
+ * attached producer rings are closed). */
+void rp_drain_free(struct rp_drain *d);
+
+/* Attach a producer ring; the drain takes ownership. */
+int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring);
+/* Detach (and close) rings whose producer is gone and that are empty;
+ * `gone` decides from the ring's pid. Returns how many were detached. */
+int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx),
+		  void *ctx);
+
+/* Add an event produced inside this process (ts in host ns). */
+int rp_drain_add(struct rp_drain *d, const struct rp_event *ev,
+		 struct rp_err *err);
+
+/* Drain every attached ring, seal full or old chunks, append them.
+ * Returns the number of events taken in, or a negative errno. */
+long rp_drain_poll(struct rp_drain *d, struct rp_err *err);
+
+/* Force-seal: drain, seal the open chunk even if small, and wait until
+ * every chunk is written, so a window read includes everything up to
+ * now. */
+int rp_drain_flush(struct rp_drain *d, struct rp_err *err);
+
+void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st);
+
+#endif

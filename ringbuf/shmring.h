@@ -1,0 +1,112 @@
+/* Producer rings: one lock-free single-producer/single-consumer ring per
+ * producer thread, in shared memory (a memfd) that another process drains.
+ *
+ * The consumer (the daemon) creates a ring and passes its fd to the
+ * producer (a workload thread), which maps it.  Writing never blocks,
+ * never allocates and makes no syscall: when the ring is full the record
+ * is dropped and counted in the shared header, where the consumer sees it.
+ * Either side may die at any moment; the other carries on.  A record is
+ * published only after it is fully written, so a producer killed mid-write
+ * leaves nothing half-written for the consumer to read.
+ *
+ * Records in the ring (the producer form of an event) are 8-byte aligned:
+ *   struct rp_rec header (16 bytes), then a fixed payload per kind, then
+ *   the name bytes (no NUL).  See docs/ring-format.md, "Producer rings". */
+#ifndef RINGPROF_SHMRING_H
+#define RINGPROF_SHMRING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "event.h"
+
+/* How producers stamp records; chosen by the ring's creator. */
+enum rp_shm_clock {
+	RP_SHM_CLOCK_MONOTONIC = 1, /* CLOCK_MONOTONIC ns */
+	RP_SHM_CLOCK_TSC = 2,       /* raw rdtsc ticks, converted by the consumer */
+};
+
+struct rp_rec {
+	uint16_t size;     /* whole record incl. header and padding, multiple of 8 */
+	uint8_t kind;      /* enum rp_event_kind, or RP_REC_PAD */
+	uint8_t name_len;  /* name bytes at the end of the record */
+	uint32_t tid;      /* 0: the ring's own tid */
+	uint64_t ts;       /* in the ring's clock */
+};
+#define RP_REC_PAD 0xff /* filler up to the end of the data area */
+
+/* Fixed payloads following struct rp_rec, by kind.  Kinds not listed
+ * (range begin/end, instant, process/thread name) have none. */
+struct rp_rec_counter { double value; };
+struct rp_rec_gpu {
+	uint64_t end, correlation, bytes;
+	uint32_t device, stream;
+	uint32_t pid;
+	uint8_t kind, pad[3];
+};
+struct rp_rec_api { uint64_t duration; uint32_t device, pad; };
+struct rp_rec_sample {
+	uint32_t pid, cpu;
+	uint16_t nframes, nkernel;
+	uint32_t pad;
+	/* uint64_t frames[nframes], leaf first */
+};
+
+struct rp_shmring;
+
+/* Consumer: create a ring with a data area of data_size bytes (a power of
+ * two, 4 KiB .. 1 GiB) in a new memfd, owned by producer pid/tid. */
+int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
+		      enum rp_shm_clock clock, struct rp_shmring **out,
+		      struct rp_err *err);
+/* Either side: map an existing ring from its fd (the fd is dup'ed, the
+ * caller keeps its own).  Validates the header: a bad fd or a header that
+ * is not a ring gives -EINVAL with a message. */
+int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err);
+int rp_shmring_fd(const struct rp_shmring *r);
+void rp_shmring_close(struct rp_shmring *r);
+
+uint32_t rp_shmring_pid(const struct rp_shmring *r);
+uint32_t rp_shmring_tid(const struct rp_shmring *r);
+enum rp_shm_clock rp_shmring_clock(const struct rp_shmring *r);
+size_t rp_shmring_capacity(const struct rp_shmring *r);
+
+/* Producer: the current timestamp in the ring's clock. */
+uint64_t rp_shmring_now(const struct rp_shmring *r);
+
+/* Producer: append one record.  Return true when written, false when the
+ * ring was full (the record is dropped and counted).  Names longer than
+ * RP_NAME_MAX are truncated. */
+bool rp_shm_range_begin(struct rp_shmring *r, uint64_t ts, const char *name);
+bool rp_shm_range_end(struct rp_shmring *r, uint64_t ts);
+bool rp_shm_instant(struct rp_shmring *r, uint64_t ts, const char *name);
+bool rp_shm_counter(struct rp_shmring *r, uint64_t ts, const char *name, double value);
+bool rp_shm_thread_name(struct rp_shmring *r, uint64_t ts, const char *name);
+bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name);
+/* General form for the other kinds (GPU activity, API calls, CPU samples
+ * and anything with a tid other than the ring's): ev->ts must already be
+ * in the ring's clock, as must ev->u.gpu.end. */
+bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev);
+
+/* Producer: records dropped so far because the ring was full. */
+uint64_t rp_shmring_dropped(const struct rp_shmring *r);
+
+/* Consumer: hand every committed record to fn, oldest first, at most max
+ * records (0: no limit), and free their space.  A record whose header is
+ * impossible (size, kind, name length out of bounds) ends the drain: the
+ * rest of the ring is discarded and counted in *corrupt.  Returns the
+ * number of records handed over, or fn's negative return. */
+typedef int (*rp_shmring_fn)(void *ctx, const struct rp_shmring *r,
+			     const struct rp_rec *rec);
+long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
+		      size_t max, uint64_t *corrupt);
+
+/* Consumer: decode one record into an event (name points into the
+ * record; frames into the record).  Timestamps stay in the ring's clock.
+ * Returns -EBADMSG for a record whose payload does not fit its size. */
+int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
+		    struct rp_event *ev, char namebuf[RP_NAME_MAX + 1]);
+
+#endif
