@@ -38,7 +38,8 @@ struct rp_rec {
 #define RP_REC_PAD 0xff /* filler up to the end of the data area */
 
 /* Fixed payloads following struct rp_rec, by kind.  Kinds not listed
- * (range begin/end, instant, process/thread name) have none. */
+ * (range begin/end, instant, process/thread name) have none; RP_EV_DROPS
+ * has a uint64_t count. */
 struct rp_rec_counter { double value; };
 struct rp_rec_gpu {
 	uint64_t end, correlation, bytes;
@@ -53,6 +54,16 @@ struct rp_rec_sample {
 	uint32_t pad;
 	/* uint64_t frames[nframes], leaf first */
 };
+
+/* Shared layout of the memfd, for tools and tests that inspect a ring (the
+ * functions below are the interface): a header page, then the data area.
+ * The header holds the u64 counters head (bytes published by the
+ * producer), dropped, and tail (bytes freed by the consumer), at these
+ * offsets, each on cache lines of its own. */
+#define RP_SHM_HDR_SIZE 4096
+#define RP_SHM_OFF_HEAD 128
+#define RP_SHM_OFF_DROPPED 256
+#define RP_SHM_OFF_TAIL 384
 
 struct rp_shmring;
 
@@ -96,8 +107,10 @@ uint64_t rp_shmring_dropped(const struct rp_shmring *r);
 /* Consumer: hand every committed record to fn, oldest first, at most max
  * records (0: no limit), and free their space.  A record whose header is
  * impossible (size, kind, name length out of bounds) ends the drain: the
- * rest of the ring is discarded and counted in *corrupt.  Returns the
- * number of records handed over, or fn's negative return. */
+ * rest of the ring is discarded and counted in *corrupt (incremented by 1;
+ * may be NULL).  rec is a checked private copy, valid during the call.
+ * Returns the number of records handed over, or fn's negative return (the
+ * record fn failed on stays in the ring). */
 typedef int (*rp_shmring_fn)(void *ctx, const struct rp_shmring *r,
 			     const struct rp_rec *rec);
 long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,

@@ -1,0 +1,66 @@
+/* The control API: HTTP/1.1 + JSON (libmicrohttpd + jansson) on a Unix
+ * socket and optionally TCP with a bearer token.  This module parses and
+ * validates requests, calls the daemon through rp_api_ops, and turns their
+ * results into responses.  Contract: docs/api.md. */
+#ifndef RINGPROF_API_H
+#define RINGPROF_API_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define RP_API_BODY_MAX (64 * 1024)
+#define RP_NAME_LEN 64
+
+struct rp_snapshot_req {
+	uint64_t last_ns;          /* 0: the daemon's default */
+	bool has_end;
+	int64_t end_wall_ns;       /* window end, wall clock; checked not in the future */
+	char name[RP_NAME_LEN];    /* "" = generated id */
+	char run[RP_NAME_LEN];     /* "" = default run */
+	char reason[256];
+	char source[32];           /* "api", or X-Ringprof-Client: cli, library, python */
+};
+
+struct rp_session_req {
+	uint64_t duration_ns;      /* 0: open until stopped; else a capture */
+	char name[RP_NAME_LEN];
+	char run[RP_NAME_LEN];
+	char reason[256];
+	char source[32];
+};
+
+/* Implemented by the daemon.  Each returns 0 and a new JSON reference in
+ * *out (the API takes ownership), or a negative errno with err filled:
+ * -EINVAL 400, -ENOENT 404, -EEXIST/-EALREADY 409, -E2BIG 413,
+ * -ENOSPC/-EROFS/-EACCES/-EAGAIN/-ESHUTDOWN 503, others 500. */
+struct rp_api_ops {
+	int (*status)(void *ctx, json_t **out, struct rp_err *err);
+	int (*snapshot)(void *ctx, const struct rp_snapshot_req *req, json_t **out,
+			struct rp_err *err);
+	int (*session_start)(void *ctx, const struct rp_session_req *req, json_t **out,
+			     struct rp_err *err);
+	int (*session_stop)(void *ctx, const char *id, json_t **out, struct rp_err *err);
+	int (*session_list)(void *ctx, json_t **out, struct rp_err *err);
+	int (*session_get)(void *ctx, const char *id, json_t **out, struct rp_err *err);
+	/* Prometheus text; *text is malloc'ed, the API frees it. */
+	int (*metrics)(void *ctx, char **text, struct rp_err *err);
+};
+
+struct rp_api_opts {
+	const char *socket_path;   /* created with mode 0660; a stale socket is replaced */
+	const char *tcp_listen;    /* "host:port" or NULL */
+	const char *token;         /* required when tcp_listen is set */
+	uint64_t max_duration_ns;  /* upper bound for durations in requests */
+};
+
+struct rp_api;
+
+int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops,
+		 void *ctx, struct rp_api **out, struct rp_err *err);
+/* Stops accepting, finishes requests in progress, removes the socket. */
+void rp_api_stop(struct rp_api *api);
+
+#endif

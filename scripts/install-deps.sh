@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install every Debian package ringprof needs to build, test and benchmark.
+# Idempotent: when everything is present it only checks and returns.
+set -euo pipefail
+
+packages=(
+  gcc clang meson ninja-build pkg-config python3
+  liburing-dev liblz4-dev libisal-dev
+  libcmocka-dev
+  libjansson-dev libmicrohttpd-dev libinih-dev libcurl4-openssl-dev
+  lttng-tools liblttng-ust-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run this script as root (or: sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python test runner for the Python package's tests.
+if ! python3 -c 'import pytest' 2>/dev/null; then
+  echo "install-deps: installing pytest with pip"
+  python3 -m pip install -q pytest
+fi

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Build ringprof and run every test: the whole suite with -Werror, then the
+# unit tests again under ASan+UBSan.  Ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh || exit 1
+
+setup() { # dir, options...
+  local dir=$1; shift
+  if [[ -f $dir/build.ninja ]]; then
+    meson configure "$dir" "$@" >/dev/null
+  else
+    meson setup "$dir" "$@" >/dev/null
+  fi
+}
+
+status=0
+setup build -Dwerror=true || exit 1
+ninja -C build || exit 1
+meson test -C build --print-errorlogs --num-processes 2 || status=1
+cp build/meson-logs/testlog.json build/testlog-full.json 2>/dev/null
+
+setup build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false || exit 1
+ninja -C build-asan || exit 1
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+  meson test -C build-asan --suite unit --print-errorlogs --num-processes 2 || status=1
+
+python3 - build/testlog-full.json build-asan/meson-logs/testlog.json <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for path in sys.argv[1:]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        failed += 1
+        continue
+    for line in lines:
+        r = json.loads(line).get("result")
+        if r in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif r == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status

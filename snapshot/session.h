@@ -1,0 +1,86 @@
+/* Sessions: a time window of every device ring, frozen into
+ *   <logdir>/<run>/plugins/profile/<id>/
+ *     manifest.json            what was asked, what was covered, who asked
+ *     <host>.<device>.chunks   the window's sealed chunks, verbatim, by seq
+ * so that the session can be exported (again) later.
+ *
+ * A session pins each ring from the first chunk of its window, so nothing
+ * in the window is lost to wrap-around while it is copied: snapshots whose
+ * window lies in the past and start/stop sessions longer than the ring
+ * horizon alike.  Chunks that overlap the window's edges are kept whole;
+ * readers filter events by the manifest's window.
+ *
+ * Thread model: one thread drives a session (open, add_ring, pump,
+ * close); the rings' writer threads may call into it through pins. */
+#ifndef RINGPROF_SESSION_H
+#define RINGPROF_SESSION_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "ringfile.h"
+
+enum rp_session_kind {
+	RP_SESSION_SNAPSHOT = 1, /* [T-N, T], T now or in the past */
+	RP_SESSION_MANUAL = 2,   /* start ... stop */
+	RP_SESSION_CAPTURE = 3,  /* start, stopped after a duration */
+};
+
+enum rp_session_state {
+	RP_SESSION_OPEN = 1,
+	RP_SESSION_COMPLETE = 2,
+	RP_SESSION_FAILED = 3,
+};
+
+struct rp_session_opts {
+	const char *logdir;
+	const char *run;          /* checked by the caller (rp_check_name) */
+	const char *id;           /* NULL: from the wall time of start_ns */
+	const char *host;         /* host name for file names and manifest */
+	enum rp_session_kind kind;
+	uint64_t start_ns;        /* window in host clock ns */
+	uint64_t end_ns;          /* UINT64_MAX while open */
+	int64_t wall_offset_ns;   /* wall = host + offset, at the trigger */
+	const char *source;       /* "cli", "api", "library", "python", ... */
+	const char *reason;       /* free text, may be NULL */
+	json_t *trigger_extra;    /* merged into manifest "trigger"; borrowed */
+};
+
+struct rp_session;
+
+/* Create the session directory.  A generated id that is taken gets a
+ * suffix (_1, _2, ...); a given id that is taken is -EEXIST.  Errors name
+ * the directory and the fix (-EACCES, -ENOSPC, -EROFS). */
+int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
+		    struct rp_err *err);
+/* Include one device ring (borrowed: it must outlive the session). */
+int rp_session_add_ring(struct rp_session *s, const char *device,
+			struct rp_ringfile *rf, struct rp_err *err);
+/* Copy chunks sealed since the last pump, and chunks the pins saved. */
+int rp_session_pump(struct rp_session *s, struct rp_err *err);
+/* Last pump for the window ending at end_ns (the caller has flushed the
+ * drains up to then), unpin, write manifest.json.  The state becomes
+ * COMPLETE, or FAILED with the error in the manifest. */
+int rp_session_close(struct rp_session *s, uint64_t end_ns, struct rp_err *err);
+
+const char *rp_session_name(const struct rp_session *s);
+const char *rp_session_path(const struct rp_session *s);
+enum rp_session_state rp_session_state_of(const struct rp_session *s);
+/* The session object of docs/api.md (new reference). */
+json_t *rp_session_to_json(const struct rp_session *s);
+/* Unpins if still open (the session is then left FAILED on disk). */
+void rp_session_free(struct rp_session *s);
+
+/* Reading a session back: iterate one device's chunks file. */
+struct rp_session_chunks;
+int rp_session_chunks_open(const char *path, struct rp_session_chunks **out,
+			   struct rp_err *err);
+/* 1 with a chunk (borrowed until the next call), 0 at the end, -EBADMSG
+ * for a corrupt chunk (skipped; the next call continues after it). */
+int rp_session_chunks_next(struct rp_session_chunks *c, const void **chunk,
+			   size_t *len, struct rp_chunk_header *hdr,
+			   struct rp_err *err);
+void rp_session_chunks_close(struct rp_session_chunks *c);
+
+#endif
