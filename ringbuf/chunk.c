@@ -53,30 +53,66 @@ static inline uint64_t unzz(uint64_t v) { return (v >> 1) ^ (0 - (v & 1)); }
 
 /* ---- hashing ------------------------------------------------------------ */
 
-static inline uint32_t mix64(uint64_t h)
+static inline uint64_t ld8(const unsigned char *p)
 {
-	h ^= h >> 32;
-	h *= 0xd6e8feb86659fd93ull;
-	h ^= h >> 32;
-	return (uint32_t)h;
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
 }
 
-static uint32_t hash_bytes(const void *p, size_t n, uint64_t seed)
+static inline uint64_t ld4(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* 64x64->128 multiply folded to 64 bits: one strong mixing step. */
+static inline uint64_t mum(uint64_t a, uint64_t b)
+{
+	unsigned __int128 r = (unsigned __int128)a * b;
+	return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+#define K0 0xa0761d6478bd642full
+#define K1 0xe7037ed1a0b428dbull
+
+/* In-memory hash for the intern tables (wyhash-like).  The last 16 bytes
+ * (or all of a shorter key) are kept in a and b: keys of up to 16 bytes
+ * are equal exactly when their lengths, a and b are, so looking up a
+ * short name needs no memcmp. */
+struct fingerprint {
+	uint64_t a, b;
+	uint32_t hash;
+};
+
+static inline struct fingerprint fingerprint(const void *p, size_t n, uint64_t seed)
 {
 	const unsigned char *s = p;
-	uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ull);
-	for (; n >= 8; s += 8, n -= 8) {
-		uint64_t w;
-		memcpy(&w, s, 8);
-		h = (h ^ w) * 0x9fb21c651e98df25ull;
-		h ^= h >> 29;
+	uint64_t a = 0, b = 0, h = seed ^ K0 ^ n;
+	if (n > 16) {
+		size_t i = n;
+		for (; i > 16; i -= 16, s += 16)
+			h = mum(ld8(s) ^ K1, ld8(s + 8) ^ h);
+		a = ld8(s + i - 16);
+		b = ld8(s + i - 8);
+	} else if (n >= 8) {
+		a = ld8(s);
+		b = ld8(s + n - 8);
+	} else if (n >= 4) {
+		a = ld4(s);
+		b = ld4(s + n - 4);
+	} else if (n) {
+		a = (uint64_t)s[0] << 16 | (uint64_t)s[n >> 1] << 8 | s[n - 1];
 	}
-	if (n) {
-		uint64_t w = 0;
-		memcpy(&w, s, n);
-		h = (h ^ w) * 0x9fb21c651e98df25ull;
-	}
-	return mix64(h);
+	h = mum(a ^ K1, b ^ h);
+	return (struct fingerprint){a, b, (uint32_t)(h ^ h >> 32)};
+}
+
+static inline uint32_t hash_key(uint64_t key)
+{
+	uint64_t h = mum(key ^ K0, K1);
+	return (uint32_t)(h ^ h >> 32);
 }
 
 /* ---- builder ------------------------------------------------------------ */
@@ -93,7 +129,8 @@ struct table {
 };
 
 struct str_ent {
-	uint32_t off; /* in str_arena */
+	uint64_t a, b; /* from the fingerprint */
+	uint32_t off;  /* in str_arena */
 	uint32_t len;
 };
 struct stk_ent {
@@ -123,8 +160,11 @@ struct rp_chunk_builder {
 	uint64_t *frame_arena;
 	size_t frame_len, frame_cap;
 	uint64_t *thr_key;           /* pid << 32 | tid, by id - 1 */
-	uint64_t last_thr_key;       /* one-entry cache in front of thrs */
-	uint32_t last_thr_id;        /* 0: cache empty */
+	struct {
+		uint64_t key;
+		uint32_t id;         /* 0: empty */
+	} thr_cache[8];              /* direct-mapped, in front of thrs */
+	bool defined;                /* a definition was added: see reserve */
 
 	struct rp_chunk_reader *split; /* decodes a remainder after a split */
 };
@@ -152,7 +192,8 @@ static void reset_chunk(struct rp_chunk_builder *b)
 	b->dropped = 0;
 	b->strs.n = b->stks.n = b->thrs.n = 0;
 	b->str_len = b->frame_len = 0;
-	b->last_thr_id = 0;
+	memset(b->thr_cache, 0, sizeof(b->thr_cache));
+	b->defined = true;
 	if (++b->gen == 0) {
 		/* After 2^32 chunks the generation wraps: clear for real once. */
 		struct table *t[] = {&b->strs, &b->stks, &b->thrs};
@@ -259,7 +300,9 @@ static inline bool table_full(const struct table *t)
 }
 
 /* Make room for one more event of any shape, so that encoding it cannot
- * fail half-way and leave a definition the raw buffer does not hold. */
+ * fail half-way and leave a definition the raw buffer does not hold.
+ * Tables and arenas only fill up when a definition is added, so they are
+ * checked only after one was. */
 static int reserve(struct rp_chunk_builder *b)
 {
 	size_t ev_cap = b->ev_cap;
@@ -278,24 +321,23 @@ static int reserve(struct rp_chunk_builder *b)
 	if (!rc)
 		rc = grow(&b->frame_arena, &b->frame_cap, b->frame_len + RP_STACK_MAX,
 			  sizeof(uint64_t));
+	b->defined = rc < 0;
 	return rc;
 }
 
 static inline bool need_reserve(const struct rp_chunk_builder *b)
 {
-	return b->len + ENC_MAX > b->cap || b->count >= b->ev_cap || table_full(&b->strs) ||
-	       table_full(&b->stks) || table_full(&b->thrs) ||
-	       b->str_len + RP_NAME_MAX > b->str_cap ||
-	       b->frame_len + RP_STACK_MAX > b->frame_cap;
+	return b->len + ENC_MAX > b->cap || b->count >= b->ev_cap || b->defined;
 }
 
 static inline uint32_t intern_thread(struct rp_chunk_builder *b, uint32_t pid, uint32_t tid,
 				     uint8_t **pp)
 {
 	uint64_t key = (uint64_t)pid << 32 | tid;
-	if (b->last_thr_id && b->last_thr_key == key)
-		return b->last_thr_id;
-	uint32_t h = mix64(key);
+	unsigned c = (pid ^ tid) & 7;
+	if (b->thr_cache[c].id && b->thr_cache[c].key == key)
+		return b->thr_cache[c].id;
+	uint32_t h = hash_key(key);
 	struct table *t = &b->thrs;
 	uint32_t i = h & t->mask;
 	for (; t->slots[i].gen == b->gen; i = (i + 1) & t->mask)
@@ -303,33 +345,36 @@ static inline uint32_t intern_thread(struct rp_chunk_builder *b, uint32_t pid, u
 			goto found;
 	t->slots[i] = (struct slot){b->gen, h, ++t->n};
 	b->thr_key[t->n - 1] = key;
+	b->defined = true;
 	uint8_t *p = *pp;
 	*p++ = TAG_DEF_THREAD;
 	p = put_u(p, pid);
 	*pp = put_u(p, tid);
 found:
-	b->last_thr_key = key;
-	b->last_thr_id = t->slots[i].id;
-	return b->last_thr_id;
+	b->thr_cache[c].key = key;
+	b->thr_cache[c].id = t->slots[i].id;
+	return t->slots[i].id;
 }
 
 static inline uint32_t intern_string(struct rp_chunk_builder *b, const char *s, uint8_t **pp)
 {
 	size_t n = strnlen(s, RP_NAME_MAX); /* longer names are truncated */
-	uint32_t h = hash_bytes(s, n, 0);
+	struct fingerprint f = fingerprint(s, n, 0);
 	struct table *t = &b->strs;
-	uint32_t i = h & t->mask;
+	uint32_t i = f.hash & t->mask;
 	for (; t->slots[i].gen == b->gen; i = (i + 1) & t->mask) {
-		if (t->slots[i].hash != h)
+		if (t->slots[i].hash != f.hash)
 			continue;
 		const struct str_ent *e = &b->str_ent[t->slots[i].id - 1];
-		if (e->len == n && memcmp(b->str_arena + e->off, s, n) == 0)
+		if (e->len == n && e->a == f.a && e->b == f.b &&
+		    (n <= 16 || memcmp(b->str_arena + e->off, s, n) == 0))
 			return t->slots[i].id;
 	}
-	t->slots[i] = (struct slot){b->gen, h, ++t->n};
-	b->str_ent[t->n - 1] = (struct str_ent){(uint32_t)b->str_len, (uint32_t)n};
+	t->slots[i] = (struct slot){b->gen, f.hash, ++t->n};
+	b->str_ent[t->n - 1] = (struct str_ent){f.a, f.b, (uint32_t)b->str_len, (uint32_t)n};
 	memcpy(b->str_arena + b->str_len, s, n);
 	b->str_len += n;
+	b->defined = true;
 	uint8_t *p = *pp;
 	*p++ = TAG_DEF_STRING;
 	p = put_u(p, n);
@@ -341,7 +386,7 @@ static inline uint32_t intern_string(struct rp_chunk_builder *b, const char *s, 
 static uint32_t intern_stack(struct rp_chunk_builder *b, const uint64_t *frames,
 			     uint16_t nframes, uint16_t nkernel, uint8_t **pp)
 {
-	uint32_t h = hash_bytes(frames, nframes * sizeof(uint64_t), nkernel);
+	uint32_t h = fingerprint(frames, nframes * sizeof(uint64_t), nkernel).hash;
 	struct table *t = &b->stks;
 	uint32_t i = h & t->mask;
 	for (; t->slots[i].gen == b->gen; i = (i + 1) & t->mask) {
@@ -356,6 +401,7 @@ static uint32_t intern_stack(struct rp_chunk_builder *b, const uint64_t *frames,
 	b->stk_ent[t->n - 1] = (struct stk_ent){(uint32_t)b->frame_len, nframes, nkernel};
 	memcpy(b->frame_arena + b->frame_len, frames, nframes * sizeof(uint64_t));
 	b->frame_len += nframes;
+	b->defined = true;
 	uint8_t *p = *pp;
 	*p++ = TAG_DEF_STACK;
 	p = put_u(p, nframes);

@@ -17,18 +17,20 @@
 struct rp_chunk_builder;
 
 /* A builder for chunks of at most max_chunk_bytes (header + compressed
- * payload), for the device device_id. */
+ * payload, at least 4096: -EINVAL otherwise), for the device device_id. */
 int rp_chunk_builder_new(uint32_t device_id, size_t max_chunk_bytes,
 			 struct rp_chunk_builder **out);
 void rp_chunk_builder_free(struct rp_chunk_builder *b);
 
-/* Add one event (copied).  Returns 0, or -ENOSPC when the chunk is full:
+/* Add one event (copied; names truncated to RP_NAME_MAX, names of kinds
+ * without one ignored).  Returns 0, or -ENOSPC when the chunk is full:
  * seal it, then add the event again.  -EINVAL for an event that cannot be
- * encoded (unknown kind, too many frames). */
+ * encoded (unknown kind, too many frames, nkernel > nframes). */
 int rp_chunk_builder_add(struct rp_chunk_builder *b, const struct rp_event *ev);
 /* Events added and not yet sealed. */
 uint32_t rp_chunk_builder_count(const struct rp_chunk_builder *b);
-/* Host-clock timestamp of the first event added since the last seal. */
+/* Host-clock timestamp of the first event added since the last seal
+ * (0 when there is none). */
 uint64_t rp_chunk_builder_opened_ts(const struct rp_chunk_builder *b);
 
 /* Seal the events added so far into out (capacity out_cap, which must be
@@ -49,10 +51,12 @@ void rp_chunk_reader_free(struct rp_chunk_reader *r);
  * chunk is corrupt. */
 int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *buf, size_t len,
 			 struct rp_err *err);
+/* The loaded chunk's header; NULL unless the last load succeeded. */
 const struct rp_chunk_header *rp_chunk_reader_header(const struct rp_chunk_reader *r);
 /* Next event: 1 and *ev filled (borrowed pointers valid until the next
- * load), 0 at the end, -EBADMSG with a message when the encoding is
- * corrupt (the remaining events of the chunk are then unreadable). */
+ * load), 0 at the end (or when nothing is loaded), -EBADMSG with a
+ * message when the encoding is corrupt (the remaining events of the chunk
+ * are then unreadable). */
 int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev,
 			 struct rp_err *err);
 

@@ -1,6 +1,7 @@
 #include "drain.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +9,14 @@
 
 #define DEFAULT_SEAL_INTERVAL_NS 1000000000ull
 #define CALIBRATION_REFRESH_NS 1000000000ull
+#define MAX_NAMES 1024
+
+/* A process or thread name, repeated at the start of every chunk. */
+struct name_entry {
+	uint8_t kind;
+	uint32_t pid, tid;
+	char name[RP_NAME_MAX + 1];
+};
 
 struct producer {
 	struct rp_shmring *ring;
@@ -31,6 +40,12 @@ struct rp_drain {
 	size_t chunk_cap;
 	struct rp_drain_stats st;
 	struct rp_err *poll_err; /* where the drain callback reports */
+
+	/* Names are recorded once, when a thread starts; repeating them in
+	 * every chunk keeps any window (and so any snapshot) able to name
+	 * its threads. */
+	struct name_entry *names;
+	size_t nnames, next_evict;
 };
 
 int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
@@ -46,10 +61,12 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 							     : DEFAULT_SEAL_INTERVAL_NS;
 	d->chunk_cap = rp_ringfile_max_chunk(rf);
 	d->chunk_buf = malloc(d->chunk_cap);
-	int rc = d->chunk_buf ? rp_chunk_builder_new(rst.device_id, d->chunk_cap, &d->builder)
+	d->names = malloc(MAX_NAMES * sizeof(*d->names));
+	int rc = d->chunk_buf && d->names ? rp_chunk_builder_new(rst.device_id, d->chunk_cap, &d->builder)
 			      : -ENOMEM;
 	if (rc < 0) {
 		free(d->chunk_buf);
+		free(d->names);
 		free(d);
 		return rp_err_set(err, rc, "cannot create a chunk builder for ring %s: %s",
 				  rst.device, strerror(-rc));
@@ -83,10 +100,59 @@ static int seal_one(struct rp_drain *d, struct rp_err *err)
 	return 0;
 }
 
+static bool is_name_event(const struct rp_event *ev)
+{
+	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_THREAD_NAME;
+}
+
+static void remember_name(struct rp_drain *d, const struct rp_event *ev)
+{
+	struct name_entry *e = NULL;
+	for (size_t i = 0; i < d->nnames && !e; i++)
+		if (d->names[i].kind == ev->kind && d->names[i].pid == ev->pid &&
+		    d->names[i].tid == ev->tid)
+			e = &d->names[i];
+	if (!e && d->nnames < MAX_NAMES)
+		e = &d->names[d->nnames++];
+	if (!e) /* full: the oldest entries make room */
+		e = &d->names[d->next_evict++ % MAX_NAMES];
+	*e = (struct name_entry){ .kind = ev->kind, .pid = ev->pid, .tid = ev->tid };
+	snprintf(e->name, sizeof(e->name), "%s", ev->name ? ev->name : "");
+}
+
+static void forget_names(struct rp_drain *d, uint32_t pid)
+{
+	for (size_t i = 0; i < d->nnames;)
+		if (d->names[i].pid == pid)
+			d->names[i] = d->names[--d->nnames];
+		else
+			i++;
+}
+
+/* Open a new chunk with every known name, stamped at ts. */
+static void replay_names(struct rp_drain *d, uint64_t ts)
+{
+	for (size_t i = 0; i < d->nnames; i++) {
+		const struct name_entry *e = &d->names[i];
+		struct rp_event ev = { .kind = e->kind, .ts = ts, .pid = e->pid, .tid = e->tid,
+				       .name = e->name };
+		if (rp_chunk_builder_add(d->builder, &ev) < 0)
+			break; /* a chunk too small for all names keeps what fits */
+	}
+}
+
 /* Add one event in host ns, sealing as often as the builder asks. */
 static int add_event(struct rp_drain *d, const struct rp_event *ev, struct rp_err *err)
 {
+	bool name = is_name_event(ev);
+	if (name)
+		remember_name(d, ev);
 	for (int tries = 0;; tries++) {
+		if (rp_chunk_builder_count(d->builder) == 0) {
+			replay_names(d, ev->ts);
+			if (name)
+				break; /* the replay included it */
+		}
 		int rc = rp_chunk_builder_add(d->builder, ev);
 		if (rc == 0)
 			break;
@@ -227,6 +293,7 @@ int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx), voi
 			i++;
 			continue;
 		}
+		forget_names(d, rp_shmring_pid(p->ring));
 		rp_shmring_close(p->ring);
 		d->producers[i] = d->producers[--d->nproducers];
 		reaped++;
@@ -250,5 +317,6 @@ void rp_drain_free(struct rp_drain *d)
 	free(d->producers);
 	rp_chunk_builder_free(d->builder);
 	free(d->chunk_buf);
+	free(d->names);
 	free(d);
 }

@@ -26,6 +26,8 @@ int rp_err_prefix(struct rp_err *err, const char *fmt, ...)
 	vsnprintf(prefix, sizeof(prefix), fmt, ap);
 	va_end(ap);
 	memcpy(old, err->msg, sizeof(old));
-	snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+	/* A message too long to prefix whole is cut at the end. */
+	if ((size_t)snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old) >= sizeof(err->msg))
+		err->msg[sizeof(err->msg) - 1] = 0;
 	return err->code;
 }

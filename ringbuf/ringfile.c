@@ -50,6 +50,7 @@ struct wbuf {
 	unsigned char *mem;      /* slot_size bytes, 4096-aligned */
 	struct slot entry;       /* the slot's index entry once written */
 	uint32_t slot, len, done; /* len: padded to 4096; done: written so far */
+	bool busy;               /* in flight */
 	bool direct;             /* submitted while the write fd was O_DIRECT */
 };
 
@@ -106,7 +107,6 @@ struct rp_ringfile_iter {
 };
 
 static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
-static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
 static void put32(unsigned char *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
 static void put64(unsigned char *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
 
@@ -373,8 +373,8 @@ static int recover_slot(struct rp_ringfile *rf, uint32_t i, unsigned char **buf,
 	return 1;
 }
 
-/* Rebuild the index from the chunks in the file. */
-static int recover(struct rp_ringfile *rf, struct rp_err *err)
+/* Rebuild the index from the chunks in the file (a new one has none). */
+static int recover(struct rp_ringfile *rf, bool scan, struct rp_err *err)
 {
 	rf->idx = calloc(rf->nidx ? rf->nidx : 1, sizeof(*rf->idx));
 	size_t cap = PAGE;
@@ -386,7 +386,7 @@ static int recover(struct rp_ringfile *rf, struct rp_err *err)
 	}
 	uint64_t max_seq = 0;
 	bool any = false;
-	for (uint32_t i = 0; i < rf->nidx; i++) {
+	for (uint32_t i = 0; scan && i < rf->nidx; i++) {
 		struct rp_chunk_header h;
 		int r = recover_slot(rf, i, &buf, &cap, &h);
 		if (r == -EBADMSG) {
@@ -429,7 +429,11 @@ int rp_ringfile_open_readonly(const char *path, struct rp_ringfile **out, struct
 		r = open_error(err, errno, path, false);
 		goto fail;
 	}
-	if (fstat(rf->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(rf->fd, &st) < 0) {
+		r = open_error(err, errno, path, false);
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
 		r = S_ISDIR(st.st_mode) ? open_error(err, EISDIR, path, false)
 					: not_ring_file(err, path, "not a regular file");
 		goto fail;
@@ -440,7 +444,7 @@ int rp_ringfile_open_readonly(const char *path, struct rp_ringfile **out, struct
 	uint64_t present = rf->file_size > RP_RINGFILE_HEADER_SIZE
 		? (rf->file_size - RP_RINGFILE_HEADER_SIZE + rf->slot_size - 1) / rf->slot_size : 0;
 	rf->nidx = present < rf->slot_count ? (uint32_t)present : rf->slot_count;
-	if ((r = recover(rf, err)) < 0)
+	if ((r = recover(rf, true, err)) < 0)
 		goto fail;
 	*out = rf;
 	return 0;
@@ -502,7 +506,6 @@ static int open_rw(struct rp_ringfile *rf, bool *created, struct rp_err *err)
  * system allows it; reads stay buffered on fd. */
 static int open_direct(struct rp_ringfile *rf, struct rp_err *err)
 {
-	rf->wfd = rf->fd;
 	int fd = open(rf->path, O_WRONLY | O_DIRECT | O_CLOEXEC);
 	if (fd < 0 && errno == EINVAL)
 		return 0;
@@ -558,7 +561,7 @@ static int setup_writer(struct rp_ringfile *rf, unsigned queue_depth, struct rp_
 int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
 		     struct rp_ringfile **out, struct rp_err *err)
 {
-	uint32_t slot_size, slot_count;
+	uint32_t slot_size = 0, slot_count = 0;
 	int r = check_opts(path, opts, &slot_size, &slot_count, err);
 	if (r < 0)
 		return r;
@@ -580,18 +583,21 @@ int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
 		rf->device_id = opts->device_id;
 		snprintf(rf->device, sizeof(rf->device), "%s", opts->device);
 		initialised = true;
-		r = preallocate(rf, slot_off(rf, slot_count), err);
+		/* Header first: a crash before the preallocation leaves a
+		 * short file, which the next open grows back. */
+		r = write_header(rf, err);
 		if (r == 0)
-			r = write_header(rf, err);
+			r = preallocate(rf, slot_off(rf, slot_count), err);
 		if (r < 0)
 			goto fail;
 	} else {
 		if ((r = load_header(rf, err)) < 0)
 			goto fail;
-		if (strcmp(rf->device, opts->device) != 0 || rf->device_id != opts->device_id) {
-			r = rp_err_set(err, -EINVAL, "ring file %s belongs to device %s (id %u), not %s "
-				       "(id %u): give each device its own ring file", path, rf->device,
-				       rf->device_id, opts->device, opts->device_id);
+		/* The device id stays the file's (stats.device_id), like its
+		 * geometry: its chunks carry it. */
+		if (strcmp(rf->device, opts->device) != 0) {
+			r = rp_err_set(err, -EINVAL, "ring file %s belongs to device %s, not %s: give "
+				       "each device its own ring file", path, rf->device, opts->device);
 			goto fail;
 		}
 		rf->geometry_kept = rf->slot_size != slot_size || rf->slot_count != slot_count;
@@ -602,12 +608,11 @@ int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
 			goto fail;
 	}
 	rf->nidx = rf->slot_count;
-	if ((r = recover(rf, err)) < 0)
+	if ((r = recover(rf, !initialised, err)) < 0)
 		goto fail;
+	rf->wfd = rf->fd;
 	if (!opts->buffered && (r = open_direct(rf, err)) < 0)
 		goto fail;
-	if (opts->buffered)
-		rf->wfd = rf->fd;
 	if ((r = setup_writer(rf, opts->queue_depth, err)) < 0)
 		goto fail;
 	*out = rf;
@@ -618,7 +623,7 @@ fail:
 		if (created)
 			unlink(path);
 		else if (ftruncate(rf->fd, 0) < 0)
-			rp_err_prefix(err, "(could not empty it again)");
+			rp_err_prefix(err, "%s could not be emptied again after this", path);
 	}
 	rf_free(rf);
 	return r;
@@ -631,6 +636,7 @@ uint64_t rp_ringfile_next_seq(const struct rp_ringfile *rf) { return atomic_load
 static int submit(struct rp_ringfile *rf, struct wbuf *w)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&rf->ring);
+	/* Not expected: the SQ has an entry for every buffer. */
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_write(sqe, rf->wfd, w->mem + w->done, w->len - w->done,
@@ -646,7 +652,16 @@ static int submit(struct rp_ringfile *rf, struct wbuf *w)
 
 static void release(struct rp_ringfile *rf, struct wbuf *w)
 {
+	w->busy = false;
 	rf->freelist[rf->nfree++] = (unsigned)(w - rf->bufs);
+}
+
+static bool slot_in_flight(const struct rp_ringfile *rf, uint32_t slot)
+{
+	for (unsigned i = 0; i < rf->qd; i++)
+		if (rf->bufs[i].busy && rf->bufs[i].slot == slot)
+			return true;
+	return false;
 }
 
 static void write_failed(struct rp_ringfile *rf, struct wbuf *w, int res)
@@ -671,12 +686,16 @@ static void complete(struct rp_ringfile *rf, struct wbuf *w, int res)
 {
 	if (res == -EINVAL && w->direct) {
 		/* The file system refused O_DIRECT after all: go buffered. */
-		int fl = fcntl(rf->wfd, F_GETFL);
-		if (rf->direct && (fl < 0 || fcntl(rf->wfd, F_SETFL, fl & ~O_DIRECT) < 0)) {
-			write_failed(rf, w, -errno);
-			return;
+		if (rf->direct) {
+			int fl = fcntl(rf->wfd, F_GETFL);
+			if (fl < 0 || fcntl(rf->wfd, F_SETFL, fl & ~O_DIRECT) < 0) {
+				write_failed(rf, w, -errno);
+				return;
+			}
+			pthread_mutex_lock(&rf->lock);
+			rf->direct = false;
+			pthread_mutex_unlock(&rf->lock);
 		}
-		rf->direct = false;
 		w->done = 0;
 		if (submit(rf, w) < 0)
 			write_failed(rf, w, -EBUSY);
@@ -783,8 +802,10 @@ int rp_ringfile_append(struct rp_ringfile *rf, const void *chunk, size_t len,
 				  "bytes", rf->path, len, rf->slot_size);
 	struct rp_chunk_header h;
 	int r = rp_chunk_header_check(chunk, len, &h, err);
-	if (r < 0)
-		return rp_err_prefix(err, "ring file %s: refusing to append", rf->path);
+	if (r < 0) {
+		rp_err_prefix(err, "ring file %s: refusing to append", rf->path);
+		return r;
+	}
 	uint64_t next = atomic_load(&rf->next_seq);
 	if (len != RP_CHUNK_HEADER_SIZE + (size_t)h.comp_size || h.device_id != rf->device_id ||
 	    h.seq != next)
@@ -793,7 +814,10 @@ int rp_ringfile_append(struct rp_ringfile *rf, const void *chunk, size_t len,
 				  "the exact chunk length", rf->path, (unsigned long long)h.seq,
 				  h.device_id, len, RP_CHUNK_HEADER_SIZE + (size_t)h.comp_size,
 				  (unsigned long long)next, rf->device_id);
-	while (rf->nfree == 0)
+	/* Completions come in any order: the slot's previous write may still
+	 * be in flight behind later ones. */
+	uint32_t slot = (uint32_t)(h.seq % rf->slot_count);
+	while (rf->nfree == 0 || slot_in_flight(rf, slot))
 		if ((r = reap(rf, true, err)) < 0)
 			return r;
 	if ((r = reap(rf, false, err)) < 0)
@@ -804,7 +828,8 @@ int rp_ringfile_append(struct rp_ringfile *rf, const void *chunk, size_t len,
 	memcpy(w->mem, chunk, len);
 	memset(w->mem + len, 0, padded - len);
 	w->entry = entry_of(&h);
-	w->slot = (uint32_t)(h.seq % rf->slot_count);
+	w->slot = slot;
+	w->busy = true;
 	w->len = (uint32_t)padded;
 	w->done = 0;
 	save_pinned(rf, w->slot);
@@ -859,12 +884,12 @@ void rp_ringfile_stats(struct rp_ringfile *rf, struct rp_ringfile_stats *st)
 	st->slot_count = rf->slot_count;
 	st->recovered_chunks = rf->recovered_chunks;
 	st->skipped_corrupt = rf->skipped_corrupt;
-	st->direct_io = rf->direct;
 	st->geometry_kept = rf->geometry_kept;
 	st->overwritten_in_read = atomic_load(&rf->overwritten_in_read);
 	const struct slot *oldest = NULL, *newest = NULL;
 	pthread_mutex_lock(&rf->lock);
 	st->next_seq = atomic_load(&rf->next_seq);
+	st->direct_io = rf->direct;
 	for (uint32_t i = 0; i < rf->nidx; i++) {
 		const struct slot *e = &rf->idx[i];
 		if (!e->valid)

@@ -47,6 +47,7 @@ struct rp_ringfile_stats {
 	uint64_t raw_bytes;       /* their uncompressed size */
 	uint64_t dropped;         /* producer drops recorded in chunks held */
 	uint64_t written_chunks;  /* appended since open */
+	uint64_t write_errors;    /* chunks lost to failed writes since open */
 	uint64_t recovered_chunks;    /* valid chunks found at open */
 	uint64_t skipped_corrupt;     /* slots with a bad chunk found at open */
 	uint64_t overwritten_in_read; /* chunks lost to wrap-around under a reader */
@@ -58,9 +59,11 @@ struct rp_ringfile;
 
 /* Open path for writing: create it (preallocated) when missing, recover
  * it when present.  An existing file with another slot size or count keeps
- * its geometry (stats.geometry_kept) so no recorded data is lost.  Errors
+ * its geometry (stats.geometry_kept) so no recorded data is lost; it also
+ * keeps its device id (stats.device_id: seal chunks with that).  Errors
  * name the file and the fix: no space (-ENOSPC), permissions (-EACCES),
- * not a ring file (-EINVAL), a newer format (-EPROTONOSUPPORT). */
+ * not a ring file (-EINVAL), a newer format (-EPROTONOSUPPORT), already
+ * open for writing elsewhere (-EBUSY: the writer holds a flock). */
 int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
 		     struct rp_ringfile **out, struct rp_err *err);
 /* Open an existing ring file read-only (recovery scan, no writes). */
@@ -75,9 +78,11 @@ size_t rp_ringfile_max_chunk(const struct rp_ringfile *rf);
 uint64_t rp_ringfile_next_seq(const struct rp_ringfile *rf);
 
 /* Queue one sealed chunk (copied) for writing into its slot.  Blocks only
- * while queue_depth writes are already in flight.  The chunk's seq must be
+ * while queue_depth writes are already in flight (or, rarely, while the
+ * slot's previous write still is).  The chunk's seq must be
  * rp_ringfile_next_seq().  The chunk becomes visible to readers once its
- * write has completed. */
+ * write has completed.  A write that fails later (-EIO, -ENOSPC) loses
+ * only its chunk; poll and sync report it (stats.write_errors counts). */
 int rp_ringfile_append(struct rp_ringfile *rf, const void *chunk, size_t len,
 		       struct rp_err *err);
 /* Reap completed writes without waiting. */
@@ -92,7 +97,8 @@ void rp_ringfile_stats(struct rp_ringfile *rf, struct rp_ringfile_stats *st);
 struct rp_ringfile_iter;
 int rp_ringfile_iter_new(struct rp_ringfile *rf, uint64_t t0, uint64_t t1,
 			 struct rp_ringfile_iter **out);
-/* 1 with *chunk (borrowed until the next call) and *len, 0 at the end.
+/* 1 with *chunk (borrowed until the next call) and *len, 0 at the end,
+ * a negative errno when reading the file fails.  hdr may be NULL.
  * Chunks overwritten or corrupt since the iteration began are skipped
  * and counted in stats.overwritten_in_read. */
 int rp_ringfile_iter_next(struct rp_ringfile_iter *it, const void **chunk,
@@ -102,9 +108,10 @@ void rp_ringfile_iter_free(struct rp_ringfile_iter *it);
 /* Pins keep chunks from being lost to wrap-around while a snapshot copies
  * them out.  Before the writer overwrites a chunk whose seq lies in
  * [from_seq, to_seq] of any pin, it hands the chunk to that pin's save
- * function (on the writer thread), which must copy it.  Pinning and
- * unpinning may happen on any thread; save is never called after unpin
- * returns. */
+ * function (on the writer thread), which must copy it and must not pin
+ * or unpin itself.  Pinning and unpinning may happen on any thread; save
+ * is never called after unpin returns (unpin waits for a running save).
+ * Close frees the pins still held. */
 typedef int (*rp_ringfile_save_fn)(void *ctx, const void *chunk, size_t len,
 				   const struct rp_chunk_header *hdr);
 struct rp_ringfile_pin;
