@@ -1,0 +1,556 @@
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse.h"
+#include "paths.h"
+
+#define KiB (1024ull)
+#define MiB (1024 * KiB)
+#define MS (1000000ull)
+#define SEC (1000 * MS)
+
+/* The producer socket is "<socket>.producers" and must fit in sun_path too. */
+#define PRODUCER_SUFFIX ".producers"
+#define SOCKET_MAX (sizeof(((struct rp_config *)0)->socket) - sizeof(PRODUCER_SUFFIX))
+#define RING_HEADER_BYTES (4 * KiB)
+#define NAME_MAX_LEN 63
+
+void rp_config_defaults(struct rp_config *c)
+{
+	memset(c, 0, sizeof(*c)); /* also zeroes padding: configs compare with memcmp */
+	if (!rp_default_socket_path(c->socket, sizeof(c->socket)))
+		c->socket[0] = '\0'; /* did not fit; rp_config_check says so */
+	if (!rp_default_state_dir(c->state_dir, sizeof(c->state_dir)))
+		c->state_dir[0] = '\0';
+	if (!rp_default_logdir(c->logdir, sizeof(c->logdir)))
+		c->logdir[0] = '\0';
+	c->poll_interval_ns = 10 * MS;
+	c->seal_interval_ns = SEC;
+	c->ring_default.budget_bytes = 64 * MiB;
+	c->ring_default.slot_size = 128 * KiB;
+	c->producer_ring_size = MiB;
+	snprintf(c->default_run, sizeof(c->default_run), "default");
+	c->default_last_ns = 30 * SEC;
+	c->max_duration_ns = 3600 * SEC;
+}
+
+/* ---- value parsers: each fills err with the problem in the value ---- */
+
+/* Zero-fills the rest of dst so equal configs are equal bytes. */
+static int set_string(char *dst, size_t size, const char *value, bool may_be_empty,
+		      struct rp_err *err)
+{
+	size_t n = strlen(value);
+	if (!n && !may_be_empty)
+		return rp_err_set(err, -EINVAL, "empty value; give a path");
+	if (n >= size)
+		return rp_err_set(err, -ENAMETOOLONG, "'%.40s...' is %zu bytes; the limit is %zu",
+				  value, n, size - 1);
+	memset(dst, 0, size);
+	memcpy(dst, value, n);
+	return 0;
+}
+
+static int duration_in(const char *value, uint64_t min, uint64_t max, uint64_t *out,
+		       struct rp_err *err)
+{
+	uint64_t v = 0;
+	int rc = rp_parse_duration(value, &v, err);
+	if (rc)
+		return rc;
+	if (v < min || v > max) {
+		char limit[32];
+		rp_format_duration(v < min ? min : max, limit, sizeof(limit));
+		return rp_err_set(err, -ERANGE, "'%s' is %s than the %s, %s", value,
+				  v < min ? "less" : "more", v < min ? "minimum" : "maximum", limit);
+	}
+	*out = v;
+	return 0;
+}
+
+static void format_size(uint64_t bytes, char *out, size_t len)
+{
+	static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+	for (unsigned i = 0; i < 4; i++) {
+		unsigned shift = 10 * (4 - i);
+		if (bytes && bytes % (1ull << shift) == 0) {
+			snprintf(out, len, "%llu%s", (unsigned long long)(bytes >> shift), units[i]);
+			return;
+		}
+	}
+	snprintf(out, len, "%llu", (unsigned long long)bytes);
+}
+
+static int size_in(const char *value, uint64_t min, uint64_t max, uint64_t *out,
+		   struct rp_err *err)
+{
+	uint64_t v = 0;
+	int rc = rp_parse_size(value, &v, err);
+	if (rc)
+		return rc;
+	if (v < min || v > max) {
+		char limit[32];
+		format_size(v < min ? min : max, limit, sizeof(limit));
+		return rp_err_set(err, -ERANGE, "'%s' is %s than the %s, %s", value,
+				  v < min ? "less" : "more", v < min ? "minimum" : "maximum", limit);
+	}
+	*out = v;
+	return 0;
+}
+
+/* ---- setters, one per key ---- */
+
+typedef int (*setter)(struct rp_config *c, struct rp_ring_config *ring, const char *value,
+		      struct rp_err *err);
+
+static int set_socket(struct rp_config *c, struct rp_ring_config *r, const char *v,
+		      struct rp_err *err)
+{
+	(void)r;
+	if (strlen(v) > SOCKET_MAX)
+		return rp_err_set(err, -ENAMETOOLONG,
+				  "'%.40s...' is %zu bytes; Unix socket paths are limited to %zu here "
+				  "(the producer socket adds '" PRODUCER_SUFFIX "'); choose a shorter path",
+				  v, strlen(v), SOCKET_MAX);
+	return set_string(c->socket, sizeof(c->socket), v, false, err);
+}
+
+static int set_state_dir(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			 struct rp_err *err)
+{
+	(void)r;
+	return set_string(c->state_dir, sizeof(c->state_dir), v, false, err);
+}
+
+static int set_logdir(struct rp_config *c, struct rp_ring_config *r, const char *v,
+		      struct rp_err *err)
+{
+	(void)r;
+	return set_string(c->logdir, sizeof(c->logdir), v, false, err);
+}
+
+static int set_poll_interval(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			     struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, MS, SEC, &c->poll_interval_ns, err);
+}
+
+static int set_seal_interval(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			     struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 10 * MS, 60 * SEC, &c->seal_interval_ns, err);
+}
+
+/* "host:port"; an IPv6 host in brackets.  Empty turns TCP off. */
+static int set_tcp_listen(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			  struct rp_err *err)
+{
+	(void)r;
+	if (*v) {
+		const char *colon = strrchr(v, ':');
+		const char *port = colon ? colon + 1 : "";
+		size_t hostlen = colon ? (size_t)(colon - v) : 0;
+		char *end;
+		long p = strtol(port, &end, 10);
+		if (!colon || !hostlen || !*port || *end || *port == '-' || *port == '+' ||
+		    p < 1 || p > 65535)
+			return rp_err_set(err, -EINVAL,
+					  "'%s' is not host:port with a port from 1 to 65535; "
+					  "e.g. 127.0.0.1:7070, 0.0.0.0:7070 or [::1]:7070",
+					  v);
+		bool bracketed = v[0] == '[' && v[hostlen - 1] == ']';
+		if (!bracketed && memchr(v, ':', hostlen))
+			return rp_err_set(err, -EINVAL,
+					  "'%s': put an IPv6 address in brackets, e.g. [::1]:7070", v);
+	}
+	return set_string(c->tcp_listen, sizeof(c->tcp_listen), v, true, err);
+}
+
+static int set_token_file(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			  struct rp_err *err)
+{
+	(void)r;
+	return set_string(c->token_file, sizeof(c->token_file), v, true, err);
+}
+
+static int set_budget(struct rp_config *c, struct rp_ring_config *r, const char *v,
+		      struct rp_err *err)
+{
+	(void)c;
+	return size_in(v, MiB, UINT64_MAX, &r->budget_bytes, err);
+}
+
+static int set_slot_size(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			 struct rp_err *err)
+{
+	(void)c;
+	uint64_t s = 0;
+	int rc = size_in(v, 4 * KiB, 16 * MiB, &s, err);
+	if (rc)
+		return rc;
+	if (s % (4 * KiB)) /* slots are written with O_DIRECT */
+		return rp_err_set(err, -EINVAL, "'%s' is not a multiple of 4KiB", v);
+	r->slot_size = (uint32_t)s;
+	return 0;
+}
+
+static int set_ring_size(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			 struct rp_err *err)
+{
+	(void)r;
+	uint64_t s = 0;
+	int rc = size_in(v, 64 * KiB, 256 * MiB, &s, err);
+	if (rc)
+		return rc;
+	if (s & (s - 1)) /* producers index the ring with a mask */
+		return rp_err_set(err, -EINVAL, "'%s' is not a power of two, e.g. 1MiB or 4MiB", v);
+	c->producer_ring_size = (uint32_t)s;
+	return 0;
+}
+
+static int set_default_run(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			   struct rp_err *err)
+{
+	(void)r;
+	int rc = rp_check_name(v, NAME_MAX_LEN, "run name", err);
+	if (rc)
+		return rc;
+	return set_string(c->default_run, sizeof(c->default_run), v, false, err);
+}
+
+#define MAX_DURATION_LIMIT (7 * 24 * 3600 * SEC)
+
+static int set_default_last(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			    struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->default_last_ns, err);
+}
+
+static int set_max_duration(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			    struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->max_duration_ns, err);
+}
+
+/* ---- the schema ---- */
+
+struct key_def {
+	const char *name;
+	setter set;
+};
+
+#define KEYS(...) (const struct key_def[]){__VA_ARGS__, {NULL, NULL}}
+
+static const struct section_def {
+	const char *name; /* "ring." is the prefix of per-device sections */
+	const struct key_def *keys;
+} sections[] = {
+	{"daemon", KEYS({"socket", set_socket}, {"state_dir", set_state_dir},
+			{"logdir", set_logdir}, {"poll_interval", set_poll_interval},
+			{"seal_interval", set_seal_interval})},
+	{"api", KEYS({"tcp_listen", set_tcp_listen}, {"token_file", set_token_file})},
+	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
+	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
+	{"producers", KEYS({"ring_size", set_ring_size})},
+	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
+			  {"max_duration", set_max_duration})},
+};
+#define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
+#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sessions]"
+
+static bool is_ring_section(const char *name)
+{
+	return !strncmp(name, "ring.", 5);
+}
+
+static const struct section_def *find_section(const char *name)
+{
+	for (size_t i = 0; i < N_SECTIONS; i++)
+		if (!strcmp(sections[i].name, name) ||
+		    (is_ring_section(name) && !strcmp(sections[i].name, "ring.")))
+			return &sections[i];
+	return NULL;
+}
+
+/* Index of the device's [ring.DEVICE] entry, -1 when it has none. */
+static int ring_index(const struct rp_config *c, const char *device)
+{
+	for (unsigned i = 0; i < c->nrings; i++)
+		if (!strcmp(c->rings[i].device, device))
+			return (int)i;
+	return -1;
+}
+
+/* ---- loading ---- */
+
+struct loader {
+	struct rp_config *c;
+	const char *path;
+	FILE *f;
+	int line;      /* line number of the text inih is parsing */
+	int next_line;
+	int rc;        /* first error; parsing stops there */
+	struct rp_err *err;
+};
+
+static int fail(struct loader *l, int rc)
+{
+	if (!l->rc)
+		l->rc = rc;
+	return rc;
+}
+
+/* Validates a section header (even one with no keys, which inih never
+ * reports) and creates the entry of a [ring.DEVICE] section.  Repeating a
+ * section adds to it; later keys win. */
+static int begin_section(struct loader *l, const char *name)
+{
+	if (!find_section(name))
+		return fail(l, rp_err_set(l->err, -EINVAL,
+					  "%s:%d: unknown section [%s]; known sections: " KNOWN_SECTIONS,
+					  l->path, l->line, name));
+	if (!is_ring_section(name))
+		return 0;
+	const char *device = name + 5;
+	int rc = rp_check_name(device, NAME_MAX_LEN, "device name", l->err);
+	if (rc) {
+		rp_err_prefix(l->err, "%s:%d: [%s]", l->path, l->line, name);
+		return fail(l, rc);
+	}
+	struct rp_config *c = l->c;
+	if (ring_index(c, device) >= 0)
+		return 0;
+	if (c->nrings == RP_CONFIG_MAX_RINGS)
+		return fail(l, rp_err_set(l->err, -E2BIG,
+					  "%s:%d: [%s]: too many device sections; at most %d devices "
+					  "can have their own ring settings (the rest use [rings])",
+					  l->path, l->line, name, RP_CONFIG_MAX_RINGS));
+	struct rp_ring_config *r = &c->rings[c->nrings++];
+	memset(r, 0, sizeof(*r)); /* budget and slot size 0: inherit [rings] */
+	snprintf(r->device, sizeof(r->device), "%s", device);
+	return 0;
+}
+
+/* inih's reader: counts lines for messages, strips indentation (so inih
+ * never takes an indented key for a continuation of the previous value),
+ * and sees every section header. */
+static char *read_line(char *buf, int size, void *stream)
+{
+	struct loader *l = stream;
+	if (l->rc || !fgets(buf, size, l->f))
+		return NULL;
+	l->line = l->next_line;
+	size_t n = strlen(buf);
+	if (n && buf[n - 1] == '\n') {
+		l->next_line++;
+	} else {
+		int ch = getc(l->f);
+		if (ch != EOF) {
+			fail(l, rp_err_set(l->err, -EINVAL,
+					   "%s:%d: line is longer than %d characters; shorten it",
+					   l->path, l->line, size - 2));
+			return NULL;
+		}
+	}
+	size_t skip = 0;
+	if (l->line == 1 && !strncmp(buf, "\xef\xbb\xbf", 3))
+		skip = 3; /* UTF-8 byte order mark */
+	while (buf[skip] == ' ' || buf[skip] == '\t')
+		skip++;
+	memmove(buf, buf + skip, n - skip + 1);
+	char *close = buf[0] == '[' ? strchr(buf, ']') : NULL;
+	if (close) {
+		*close = '\0';
+		begin_section(l, buf + 1);
+		*close = ']';
+	}
+	return buf;
+}
+
+static int handle_key(void *user, const char *section, const char *name, const char *value)
+{
+	struct loader *l = user;
+	if (l->rc)
+		return 1; /* already failed; only the first error is reported */
+	if (!*section) {
+		fail(l, rp_err_set(l->err, -EINVAL,
+				   "%s:%d: key '%s' is outside any section; put it under one of "
+				   KNOWN_SECTIONS,
+				   l->path, l->line, name));
+		return 0;
+	}
+	if (begin_section(l, section)) /* known already from read_line; idempotent */
+		return 0;
+	const struct section_def *s = find_section(section);
+	const struct key_def *k = s->keys;
+	while (k->name && strcmp(k->name, name))
+		k++;
+	if (!k->name) {
+		char known[128] = "";
+		for (const struct key_def *kk = s->keys; kk->name; kk++)
+			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s",
+				 kk == s->keys ? "" : ", ", kk->name);
+		fail(l, rp_err_set(l->err, -EINVAL, "%s:%d: unknown key '%s' in [%s]; known keys: %s",
+				   l->path, l->line, name, section, known));
+		return 0;
+	}
+	struct rp_ring_config *ring =
+		!strcmp(section, "rings")  ? &l->c->ring_default
+		: is_ring_section(section) ? &l->c->rings[ring_index(l->c, section + 5)]
+					   : NULL;
+	int rc = k->set(l->c, ring, value, l->err);
+	if (rc) {
+		rp_err_prefix(l->err, "%s:%d: [%s] %s", l->path, l->line, section, name);
+		fail(l, rc);
+		return 0;
+	}
+	return 1;
+}
+
+int rp_config_load(struct rp_config *c, const char *path, struct rp_err *err)
+{
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		int e = errno;
+		return rp_err_set(err, -e, "cannot open config file '%s': %s; check the path",
+				  path, strerror(e));
+	}
+	struct loader l = {.c = c, .path = path, .f = f, .next_line = 1, .err = err};
+	int ret = ini_parse_stream(read_line, &l, handle_key, &l);
+	int read_errno = ferror(f) ? (errno ? errno : EIO) : 0;
+	fclose(f);
+	if (l.rc)
+		return l.rc;
+	if (read_errno)
+		return rp_err_set(err, -read_errno, "cannot read config file '%s': %s", path,
+				  strerror(read_errno));
+	if (ret > 0)
+		return rp_err_set(err, -EINVAL,
+				  "%s:%d: syntax error; expected [section], key = value, or a comment "
+				  "starting with '#' or ';'",
+				  path, ret);
+	if (ret < 0)
+		return rp_err_set(err, -ENOMEM, "out of memory reading config file '%s'", path);
+	return 0;
+}
+
+void rp_config_ring(const struct rp_config *c, const char *device, uint64_t *budget_bytes,
+		    uint32_t *slot_size)
+{
+	int i = device ? ring_index(c, device) : -1;
+	const struct rp_ring_config *r = i >= 0 ? &c->rings[i] : NULL;
+	*budget_bytes = r && r->budget_bytes ? r->budget_bytes : c->ring_default.budget_bytes;
+	*slot_size = r && r->slot_size ? r->slot_size : c->ring_default.slot_size;
+}
+
+static int check_ring(const struct rp_config *c, const char *device, struct rp_err *err)
+{
+	uint64_t budget;
+	uint32_t slot;
+	rp_config_ring(c, device, &budget, &slot);
+	if (budget >= 2ull * slot + RING_HEADER_BYTES)
+		return 0;
+	char b[32], s[32], need[32];
+	format_size(budget, b, sizeof(b));
+	format_size(slot, s, sizeof(s));
+	format_size(2ull * slot + RING_HEADER_BYTES, need, sizeof(need));
+	return rp_err_set(err, -EINVAL,
+			  "[%s%s] budget %s does not hold 2 slots of %s plus the 4KiB header; raise "
+			  "budget to at least %s or lower slot_size",
+			  device ? "ring." : "rings", device ? device : "", b, s, need);
+}
+
+int rp_config_check(const struct rp_config *c, struct rp_err *err)
+{
+	if (!c->socket[0])
+		return rp_err_set(err, -EINVAL,
+				  "no control socket path (the default did not fit in %zu bytes); set "
+				  "[daemon] socket or pass --socket",
+				  SOCKET_MAX);
+	if (strlen(c->socket) > SOCKET_MAX)
+		return rp_err_set(err, -ENAMETOOLONG,
+				  "socket path '%s' is longer than %zu bytes (the producer socket adds '"
+				  PRODUCER_SUFFIX "'); choose a shorter path",
+				  c->socket, SOCKET_MAX);
+	if (!c->state_dir[0] || !c->logdir[0])
+		return rp_err_set(err, -EINVAL,
+				  "state_dir and logdir must be set; set them in [daemon] or pass "
+				  "--state-dir and --logdir");
+	if (c->tcp_listen[0] && !c->token_file[0])
+		return rp_err_set(err, -EINVAL,
+				  "[api] tcp_listen is set but token_file is not: TCP clients must send "
+				  "a bearer token; set [api] token_file to a file holding it");
+	int rc = check_ring(c, NULL, err);
+	for (unsigned i = 0; !rc && i < c->nrings; i++)
+		rc = check_ring(c, c->rings[i].device, err);
+	if (rc)
+		return rc;
+	if (c->default_last_ns > c->max_duration_ns) {
+		char last[32], max[32];
+		rp_format_duration(c->default_last_ns, last, sizeof(last));
+		rp_format_duration(c->max_duration_ns, max, sizeof(max));
+		return rp_err_set(err, -EINVAL,
+				  "[sessions] default_last %s is longer than max_duration %s; lower "
+				  "default_last or raise max_duration",
+				  last, max);
+	}
+	return 0;
+}
+
+static void print_string(FILE *out, const char *key, const char *value)
+{
+	fprintf(out, "%s =%s%s\n", key, *value ? " " : "", value);
+}
+
+static void print_duration(FILE *out, const char *key, uint64_t ns)
+{
+	char buf[64];
+	rp_format_duration(ns, buf, sizeof(buf));
+	fprintf(out, "%s = %s\n", key, buf);
+}
+
+static void print_size(FILE *out, const char *key, uint64_t bytes)
+{
+	char buf[32];
+	format_size(bytes, buf, sizeof(buf));
+	fprintf(out, "%s = %s\n", key, buf);
+}
+
+void rp_config_print(const struct rp_config *c, FILE *out)
+{
+	fprintf(out, "# ringprofd effective configuration (usable as --config FILE)\n[daemon]\n");
+	print_string(out, "socket", c->socket);
+	print_string(out, "state_dir", c->state_dir);
+	print_string(out, "logdir", c->logdir);
+	print_duration(out, "poll_interval", c->poll_interval_ns);
+	print_duration(out, "seal_interval", c->seal_interval_ns);
+	fprintf(out, "\n[api]\n");
+	print_string(out, "tcp_listen", c->tcp_listen);
+	print_string(out, "token_file", c->token_file);
+	fprintf(out, "\n[rings]\n");
+	print_size(out, "budget", c->ring_default.budget_bytes);
+	print_size(out, "slot_size", c->ring_default.slot_size);
+	for (unsigned i = 0; i < c->nrings; i++) {
+		const struct rp_ring_config *r = &c->rings[i];
+		fprintf(out, "\n[ring.%s]\n", r->device);
+		if (r->budget_bytes) /* unset keys inherit [rings] */
+			print_size(out, "budget", r->budget_bytes);
+		if (r->slot_size)
+			print_size(out, "slot_size", r->slot_size);
+	}
+	fprintf(out, "\n[producers]\n");
+	print_size(out, "ring_size", c->producer_ring_size);
+	fprintf(out, "\n[sessions]\n");
+	print_string(out, "default_run", c->default_run);
+	print_duration(out, "default_last", c->default_last_ns);
+	print_duration(out, "max_duration", c->max_duration_ns);
+}

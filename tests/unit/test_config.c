@@ -1,0 +1,412 @@
+/* daemon/config: defaults, loading, strict errors with FILE:LINE, the
+ * cross-field check, print -> load round trip, per-device ring fallback. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "paths.h"
+
+#define KiB 1024ull
+#define MiB (1024 * KiB)
+#define MS 1000000ull
+#define SEC (1000 * MS)
+
+static char dir[] = "/tmp/test-config-XXXXXX";
+static char path[64];
+
+static int setup(void **state)
+{
+	(void)state;
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(path, sizeof(path), "%s/ringprofd.conf", dir);
+	unsetenv("RINGPROF_SOCKET");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	unlink(path);
+	return rmdir(dir);
+}
+
+static void write_file(const char *text)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Defaults, then text as a config file. */
+static int load_text(struct rp_config *c, const char *text, struct rp_err *err)
+{
+	rp_config_defaults(c);
+	write_file(text);
+	return rp_config_load(c, path, err);
+}
+
+static void defaults_sane(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	rp_config_defaults(&c);
+	assert_int_equal(rp_config_check(&c, &err), 0);
+	char buf[256];
+	assert_string_equal(c.socket, rp_default_socket_path(buf, sizeof(buf)));
+	assert_string_equal(c.state_dir, rp_default_state_dir(buf, sizeof(buf)));
+	assert_string_equal(c.logdir, rp_default_logdir(buf, sizeof(buf)));
+	assert_int_equal(c.poll_interval_ns, 10 * MS);
+	assert_int_equal(c.seal_interval_ns, SEC);
+	assert_string_equal(c.tcp_listen, "");
+	assert_string_equal(c.token_file, "");
+	assert_int_equal(c.ring_default.budget_bytes, 64 * MiB);
+	assert_int_equal(c.ring_default.slot_size, 128 * KiB);
+	assert_int_equal(c.nrings, 0);
+	assert_int_equal(c.producer_ring_size, MiB);
+	assert_string_equal(c.default_run, "default");
+	assert_int_equal(c.default_last_ns, 30 * SEC);
+	assert_int_equal(c.max_duration_ns, 3600 * SEC);
+}
+
+static void default_paths(void **state)
+{
+	(void)state;
+	char buf[256], prod[256];
+	if (geteuid() == 0) {
+		assert_string_equal(rp_default_socket_path(buf, sizeof(buf)),
+				    "/run/ringprof/ringprofd.sock");
+		assert_string_equal(rp_default_state_dir(buf, sizeof(buf)), "/var/lib/ringprof/rings");
+		assert_string_equal(rp_default_logdir(buf, sizeof(buf)), "/var/lib/ringprof/sessions");
+	} else {
+		assert_non_null(strstr(rp_default_socket_path(buf, sizeof(buf)), "/ringprofd.sock"));
+		assert_non_null(strstr(rp_default_state_dir(buf, sizeof(buf)),
+				       "/.local/state/ringprof/rings"));
+	}
+	setenv("RINGPROF_SOCKET", "/x/y.sock", 1);
+	assert_string_equal(rp_default_socket_path(buf, sizeof(buf)), "/x/y.sock");
+	struct rp_config c;
+	rp_config_defaults(&c);
+	assert_string_equal(c.socket, "/x/y.sock");
+	unsetenv("RINGPROF_SOCKET");
+	assert_string_equal(rp_producer_socket_path("/x/y.sock", prod, sizeof(prod)),
+			    "/x/y.sock.producers");
+	/* Too small a buffer gives NULL, never a truncated path. */
+	assert_null(rp_producer_socket_path("/x/y.sock", prod, 19));
+	assert_non_null(rp_producer_socket_path("/x/y.sock", prod, 20));
+	assert_null(rp_default_state_dir(buf, 8));
+}
+
+static const char full[] =
+	"# every key\n"
+	"[daemon]\n"
+	"socket = /tmp/rp/ctl.sock\n"
+	"  state_dir = /data/rings   ; indented, with a comment\n"
+	"\tlogdir=/data/sessions\n"
+	"poll_interval = 5ms\n"
+	"seal_interval = 2.5s\n"
+	"\n"
+	"[api]\n"
+	"tcp_listen = 127.0.0.1:7070\n"
+	"token_file = /etc/ringprof/token\n"
+	"[rings]\n"
+	"budget = 1GiB\n"
+	"slot_size = 256KiB\n"
+	"[ring.gpu0]\n"
+	"budget = 4GiB\n"
+	"[ring.gpu1]\n"
+	"slot_size = 1MiB\n"
+	"[ring.host]\n"
+	"[ring.gpu0]\n"
+	"slot_size = 512KiB\n"
+	"budget = 2GiB\n"
+	"[producers]\n"
+	"ring_size = 4MiB\n"
+	"[sessions]\n"
+	"default_run = llama-70b\n"
+	"default_last = 2m30s\n"
+	"max_duration = 168h\n";
+
+static void load_valid(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	if (load_text(&c, full, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(rp_config_check(&c, &err), 0);
+	assert_string_equal(c.socket, "/tmp/rp/ctl.sock");
+	assert_string_equal(c.state_dir, "/data/rings");
+	assert_string_equal(c.logdir, "/data/sessions");
+	assert_int_equal(c.poll_interval_ns, 5 * MS);
+	assert_int_equal(c.seal_interval_ns, 2500 * MS);
+	assert_string_equal(c.tcp_listen, "127.0.0.1:7070");
+	assert_string_equal(c.token_file, "/etc/ringprof/token");
+	assert_int_equal(c.ring_default.budget_bytes, 1024 * MiB);
+	assert_int_equal(c.ring_default.slot_size, 256 * KiB);
+	assert_int_equal(c.nrings, 3); /* gpu0 repeated: one entry, last value wins */
+	assert_string_equal(c.rings[0].device, "gpu0");
+	assert_int_equal(c.rings[0].budget_bytes, 2048 * MiB);
+	assert_int_equal(c.rings[0].slot_size, 512 * KiB);
+	assert_string_equal(c.rings[2].device, "host");
+	assert_int_equal(c.producer_ring_size, 4 * MiB);
+	assert_string_equal(c.default_run, "llama-70b");
+	assert_int_equal(c.default_last_ns, 150 * SEC);
+	assert_int_equal(c.max_duration_ns, 7 * 24 * 3600 * SEC);
+
+	/* An empty file changes nothing. */
+	struct rp_config d, e;
+	rp_config_defaults(&e);
+	assert_int_equal(load_text(&d, "", &err), 0);
+	assert_memory_equal(&d, &e, sizeof(d));
+}
+
+static void ring_fallback(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	uint64_t budget;
+	uint32_t slot;
+	/* [ring.*] before [rings]: still inherits the later [rings] value */
+	assert_int_equal(load_text(&c,
+				   "[ring.gpu0]\nslot_size = 256KiB\n"
+				   "[ring.gpu1]\nbudget = 2GiB\n"
+				   "[rings]\nbudget = 128MiB\nslot_size = 64KiB\n",
+				   &err),
+			 0);
+	rp_config_ring(&c, "gpu0", &budget, &slot);
+	assert_int_equal(budget, 128 * MiB);
+	assert_int_equal(slot, 256 * KiB);
+	rp_config_ring(&c, "gpu1", &budget, &slot);
+	assert_int_equal(budget, 2048 * MiB);
+	assert_int_equal(slot, 64 * KiB);
+	rp_config_ring(&c, "gpu7", &budget, &slot);
+	assert_int_equal(budget, 128 * MiB);
+	assert_int_equal(slot, 64 * KiB);
+	rp_config_ring(&c, NULL, &budget, &slot);
+	assert_int_equal(budget, 128 * MiB);
+	assert_int_equal(slot, 64 * KiB);
+}
+
+struct bad_file {
+	const char *text;
+	int rc;
+	int line;
+	const char *msg; /* after "FILE:LINE: " */
+};
+
+static void load_errors(void **state)
+{
+	(void)state;
+	static char many[4096];
+	size_t o = 0;
+	for (int i = 0; i < RP_CONFIG_MAX_RINGS + 1; i++)
+		o += (size_t)snprintf(many + o, sizeof(many) - o, "[ring.gpu%d]\nbudget = 8MiB\n", i);
+	char longline[300];
+	snprintf(longline, sizeof(longline), "[daemon]\n\nlogdir = /%0250d\n", 0);
+
+	const struct bad_file t[] = {
+		{"[ring.gpu0]\nbudget = 8MiB\n\nbudgt = 1GiB\n", -EINVAL, 4,
+		 "unknown key 'budgt' in [ring.gpu0]; known keys: budget, slot_size"},
+		{"[daemon]\nsockt = /x\n", -EINVAL, 2,
+		 "unknown key 'sockt' in [daemon]; known keys: socket, state_dir, logdir, "
+		 "poll_interval, seal_interval"},
+		{"[daemon]\nsocket = /x\n[bogus]\n", -EINVAL, 3,
+		 "unknown section [bogus]; known sections: [daemon], [api], [rings], "
+		 "[ring.DEVICE], [producers], [sessions]"},
+		{"# comment\nsocket = /x\n", -EINVAL, 2, "key 'socket' is outside any section"},
+		{"[daemon]\nsocket = /x\n\npoll_interval = 2s\n", -ERANGE, 4,
+		 "[daemon] poll_interval: '2s' is more than the maximum, 1s"},
+		{"[daemon]\npoll_interval = 100us\n", -ERANGE, 2,
+		 "[daemon] poll_interval: '100us' is less than the minimum, 1ms"},
+		{"[daemon]\nseal_interval = 30\n", -EINVAL, 2,
+		 "[daemon] seal_interval: '30': add a unit, e.g. 30s"},
+		{"[daemon]\nseal_interval = 61s\n", -ERANGE, 2,
+		 "[daemon] seal_interval: '61s' is more than the maximum, 1m"},
+		{"[daemon]\nsocket =\n", -EINVAL, 2, "[daemon] socket: empty value; give a path"},
+		{"[daemon]\nsocket = /0123456789012345678901234567890123456789012345678901234567"
+		 "8901234567890123456789012345678901234567\n",
+		 -ENAMETOOLONG, 2, "[daemon] socket: '/0123"},
+		{"[api]\ntcp_listen = localhost\n", -EINVAL, 2,
+		 "[api] tcp_listen: 'localhost' is not host:port"},
+		{"[api]\ntcp_listen = :7070\n", -EINVAL, 2, "[api] tcp_listen: ':7070' is not host:port"},
+		{"[api]\ntcp_listen = 1.2.3.4:70000\n", -EINVAL, 2,
+		 "[api] tcp_listen: '1.2.3.4:70000' is not host:port"},
+		{"[api]\ntcp_listen = ::1:7070\n", -EINVAL, 2,
+		 "[api] tcp_listen: '::1:7070': put an IPv6 address in brackets"},
+		{"[rings]\nbudget = 512KiB\n", -ERANGE, 2,
+		 "[rings] budget: '512KiB' is less than the minimum, 1MiB"},
+		{"[rings]\nbudget = lots\n", -EINVAL, 2, "[rings] budget: 'lots' is not a size"},
+		{"[rings]\nslot_size = 6KiB\n", -EINVAL, 2,
+		 "[rings] slot_size: '6KiB' is not a multiple of 4KiB"},
+		{"[ring.gpu0]\nslot_size = 32MiB\n", -ERANGE, 2,
+		 "[ring.gpu0] slot_size: '32MiB' is more than the maximum, 16MiB"},
+		{"[ring.a/b]\n", -EINVAL, 1,
+		 "[ring.a/b]: device name 'a/b': '/' is not allowed"},
+		{"[ring.]\nbudget = 8MiB\n", -EINVAL, 1, "[ring.]: device name is empty"},
+		{"[producers]\nring_size = 3MiB\n", -EINVAL, 2,
+		 "[producers] ring_size: '3MiB' is not a power of two"},
+		{"[producers]\nring_size = 32KiB\n", -ERANGE, 2,
+		 "[producers] ring_size: '32KiB' is less than the minimum, 64KiB"},
+		{"[producers]\nring_size = 512MiB\n", -ERANGE, 2,
+		 "[producers] ring_size: '512MiB' is more than the maximum, 256MiB"},
+		{"[sessions]\ndefault_run = ../x\n", -EINVAL, 2,
+		 "[sessions] default_run: run name '../x': '/' is not allowed"},
+		{"[sessions]\ndefault_last = -5s\n", -EINVAL, 2,
+		 "[sessions] default_last: '-5s' is negative"},
+		{"[sessions]\nmax_duration = 8d\n", -EINVAL, 2,
+		 "[sessions] max_duration: '8d': unknown unit 'd'"},
+		{"[sessions]\nmax_duration = 169h\n", -ERANGE, 2,
+		 "[sessions] max_duration: '169h' is more than the maximum, 168h"},
+		{"[daemon]\nsocket = /x\nthis is not ini\n", -EINVAL, 3, "syntax error; expected [section], key = value"},
+		{"[daemon\n", -EINVAL, 1, "syntax error"},
+		{longline, -EINVAL, 3, "line is longer than 198 characters; shorten it"},
+		{many, -E2BIG, 2 * RP_CONFIG_MAX_RINGS + 1,
+		 "[ring.gpu32]: too many device sections; at most 32"},
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		struct rp_config c;
+		struct rp_err err = {0};
+		char want[600];
+		snprintf(want, sizeof(want), "%s:%d: %s", path, t[i].line, t[i].msg);
+		int rc = load_text(&c, t[i].text, &err);
+		if (rc != t[i].rc || strncmp(err.msg, want, strlen(want)))
+			fail_msg("case %zu: rc %d (want %d)\n got: %s\nwant: %s", i, rc, t[i].rc,
+				 err.msg, want);
+	}
+	/* 32 device sections, some repeated, are fine. */
+	struct rp_config c;
+	struct rp_err err = {0};
+	char *cut = strstr(many, "[ring.gpu32]");
+	*cut = '\0';
+	strcat(many, "[ring.gpu0]\nbudget = 16MiB\n");
+	assert_int_equal(load_text(&c, many, &err), 0);
+	assert_int_equal(c.nrings, RP_CONFIG_MAX_RINGS);
+	assert_int_equal(c.rings[0].budget_bytes, 16 * MiB);
+}
+
+static void missing_file(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	rp_config_defaults(&c);
+	assert_int_equal(rp_config_load(&c, "/nonexistent/ringprofd.conf", &err), -ENOENT);
+	assert_non_null(strstr(err.msg, "'/nonexistent/ringprofd.conf'"));
+}
+
+static void check_rules(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	assert_int_equal(load_text(&c, "[api]\ntcp_listen = [::1]:7070\n", &err), 0);
+	assert_int_equal(rp_config_check(&c, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "tcp_listen is set but token_file is not"));
+	strcpy(c.token_file, "/etc/ringprof/token");
+	assert_int_equal(rp_config_check(&c, &err), 0);
+
+	/* 2 slots + 4KiB header: a 1MiB budget holds two 508KiB slots, not 512KiB */
+	assert_int_equal(load_text(&c, "[ring.gpu3]\nbudget = 1MiB\nslot_size = 508KiB\n", &err), 0);
+	assert_int_equal(rp_config_check(&c, &err), 0);
+	assert_int_equal(load_text(&c, "[ring.gpu3]\nbudget = 1MiB\nslot_size = 512KiB\n", &err), 0);
+	assert_int_equal(rp_config_check(&c, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "[ring.gpu3] budget 1MiB does not hold 2 slots of 512KiB"));
+	assert_non_null(strstr(err.msg, "at least 1028KiB"));
+	assert_int_equal(load_text(&c, "[rings]\nbudget = 1MiB\nslot_size = 1MiB\n", &err), 0);
+	assert_int_equal(rp_config_check(&c, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "[rings] budget 1MiB"));
+
+	assert_int_equal(load_text(&c, "[sessions]\ndefault_last = 2h\n", &err), 0);
+	assert_int_equal(rp_config_check(&c, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "default_last 2h is longer than max_duration 1h"));
+	assert_int_equal(load_text(&c, "[sessions]\ndefault_last = 2h\nmax_duration=2h\n", &err), 0);
+	assert_int_equal(rp_config_check(&c, &err), 0);
+
+	rp_config_defaults(&c); /* flags write the struct directly */
+	memset(c.socket, 'a', sizeof(c.socket) - 1);
+	c.socket[sizeof(c.socket) - 1] = '\0';
+	assert_int_equal(rp_config_check(&c, &err), -ENAMETOOLONG);
+	assert_non_null(strstr(err.msg, ".producers"));
+	rp_config_defaults(&c);
+	c.logdir[0] = '\0';
+	assert_int_equal(rp_config_check(&c, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "--logdir"));
+}
+
+/* print -> load gives the same configuration, byte for byte. */
+static void round_trip(void **state)
+{
+	(void)state;
+	const char *inputs[] = {
+		"",
+		full,
+		"[daemon]\npoll_interval = 1.234567ms\nseal_interval = 59.999999999s\n"
+		"[rings]\nbudget = 1234567\nslot_size = 12KiB\n[ring.gpu0]\n[ring.x.y-z_1]\n"
+		"budget = 3MiB\n[sessions]\ndefault_last=1h0.5s\nmax_duration=2h\n",
+	};
+	char printed[96];
+	snprintf(printed, sizeof(printed), "%s/printed.conf", dir);
+	for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+		struct rp_config a, b;
+		struct rp_err err = {0};
+		if (load_text(&a, inputs[i], &err))
+			fail_msg("input %zu: %s", i, err.msg);
+		FILE *f = fopen(printed, "w");
+		assert_non_null(f);
+		rp_config_print(&a, f);
+		assert_int_equal(fclose(f), 0);
+		rp_config_defaults(&b);
+		b.poll_interval_ns = 1; /* the printed form must set every key */
+		b.producer_ring_size = 1;
+		strcpy(b.default_run, "zzz");
+		if (rp_config_load(&b, printed, &err))
+			fail_msg("input %zu, printed form: %s", i, err.msg);
+		assert_string_equal(a.socket, b.socket);
+		assert_int_equal(a.poll_interval_ns, b.poll_interval_ns);
+		assert_int_equal(a.nrings, b.nrings);
+		assert_memory_equal(&a, &b, sizeof(a));
+	}
+	unlink(printed);
+}
+
+/* deploy/ringprofd.conf.example (argv[1]) stays valid and uses every key. */
+static const char *example;
+
+static void example_file(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	assert_non_null(example);
+	rp_config_defaults(&c);
+	if (rp_config_load(&c, example, &err) || rp_config_check(&c, &err))
+		fail_msg("%s", err.msg);
+	assert_string_not_equal(c.tcp_listen, "");
+	assert_int_equal(c.nrings, 2);
+}
+
+int main(int argc, char **argv)
+{
+	example = argc > 1 ? argv[1] : NULL;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(defaults_sane), cmocka_unit_test(default_paths),
+		cmocka_unit_test(load_valid),    cmocka_unit_test(ring_fallback),
+		cmocka_unit_test(load_errors),   cmocka_unit_test(missing_file),
+		cmocka_unit_test(check_rules),   cmocka_unit_test(round_trip),
+		cmocka_unit_test(example_file),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
