@@ -1,0 +1,22 @@
+/* What the control API does: status, snapshots, start/stop sessions and
+ * metrics over the daemon's rings.  Owns the open sessions and the thread
+ * that keeps copying their chunks and ends captures on time. */
+#ifndef RINGPROF_CONTROL_H
+#define RINGPROF_CONTROL_H
+
+#include "api.h"
+#include "config.h"
+#include "err.h"
+#include "rings.h"
+
+struct rp_control;
+
+int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings,
+		   struct rp_control **out, struct rp_err *err);
+/* Close every open session (complete, window ending now) and free. */
+void rp_control_free(struct rp_control *c);
+
+/* The rp_api_ops to serve with a struct rp_control * as context. */
+extern const struct rp_api_ops rp_control_ops;
+
+#endif

@@ -1,0 +1,199 @@
+/* ringprofd: the always-on flight recorder daemon. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "config.h"
+#include "control.h"
+#include "producers.h"
+#include "rings.h"
+
+#define VERSION "0.1.0"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: ringprofd [OPTIONS]\n"
+		"Keeps the last minutes of profile data of this host in ring buffers and\n"
+		"freezes windows of it into sessions on request.\n\n"
+		"  --config FILE      read configuration from FILE (default: embedded defaults)\n"
+		"  --socket PATH      control socket (producers use PATH.producers)\n"
+		"  --state-dir DIR    where the ring files live\n"
+		"  --logdir DIR       where sessions are written (<DIR>/<run>/plugins/profile/<id>)\n"
+		"  --foreground       stay in the foreground (default: detach once ready)\n"
+		"  --print-config     print the effective configuration and exit\n"
+		"  --version          print the version and exit\n"
+		"  -h, --help         show this help\n\n"
+		"Flags override the configuration file. See docs/configuration.md.\n");
+}
+
+static int copy_flag(char *dst, size_t len, const char *value, const char *flag)
+{
+	if (strlen(value) >= len) {
+		fprintf(stderr, "ringprofd: %s: path too long (at most %zu bytes)\n", flag, len - 1);
+		return -1;
+	}
+	memcpy(dst, value, strlen(value) + 1);
+	return 0;
+}
+
+static int read_token(const char *path, char *token, size_t len)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "ringprofd: cannot read token file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	token[0] = 0;
+	if (!fgets(token, (int)len, f))
+		token[0] = 0;
+	fclose(f);
+	token[strcspn(token, " \t\r\n")] = 0;
+	if (strlen(token) < 16) {
+		fprintf(stderr, "ringprofd: token in %s is shorter than 16 characters: "
+				"write a long random token there (e.g. `openssl rand -hex 32`)\n", path);
+		return -1;
+	}
+	return 0;
+}
+
+/* Without --foreground: fork once set-up succeeded, so the shell gets an
+ * exit status that means "the daemon is serving". */
+static int detach(int *ready_fd)
+{
+	int p[2];
+	if (pipe(p) < 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid > 0) {
+		close(p[1]);
+		char ok = 0;
+		_exit(read(p[0], &ok, 1) == 1 && ok == 1 ? 0 : 1);
+	}
+	close(p[0]);
+	setsid();
+	*ready_fd = p[1];
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct rp_config cfg;
+	rp_config_defaults(&cfg);
+	const char *config_path = NULL;
+	const char *socket = NULL, *state_dir = NULL, *logdir = NULL;
+	bool foreground = false, print_config = false;
+	enum { OPT_CONFIG = 256, OPT_SOCKET, OPT_STATE, OPT_LOGDIR, OPT_FG, OPT_PRINT, OPT_VERSION };
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "state-dir", required_argument, NULL, OPT_STATE },
+		{ "logdir", required_argument, NULL, OPT_LOGDIR },
+		{ "foreground", no_argument, NULL, OPT_FG },
+		{ "print-config", no_argument, NULL, OPT_PRINT },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
+		switch (c) {
+		case OPT_CONFIG: config_path = optarg; break;
+		case OPT_SOCKET: socket = optarg; break;
+		case OPT_STATE: state_dir = optarg; break;
+		case OPT_LOGDIR: logdir = optarg; break;
+		case OPT_FG: foreground = true; break;
+		case OPT_PRINT: print_config = true; break;
+		case OPT_VERSION: printf("ringprofd %s\n", VERSION); return 0;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ringprofd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	struct rp_err err = { 0 };
+	if (config_path && rp_config_load(&cfg, config_path, &err) < 0) {
+		fprintf(stderr, "ringprofd: %s\n", err.msg);
+		return 1;
+	}
+	if ((socket && copy_flag(cfg.socket, sizeof(cfg.socket), socket, "--socket") < 0) ||
+	    (state_dir && copy_flag(cfg.state_dir, sizeof(cfg.state_dir), state_dir, "--state-dir") < 0) ||
+	    (logdir && copy_flag(cfg.logdir, sizeof(cfg.logdir), logdir, "--logdir") < 0))
+		return 1;
+	if (rp_config_check(&cfg, &err) < 0) {
+		fprintf(stderr, "ringprofd: %s\n", err.msg);
+		return 1;
+	}
+	if (print_config) {
+		rp_config_print(&cfg, stdout);
+		return 0;
+	}
+	char token[256] = "";
+	if (cfg.tcp_listen[0] && read_token(cfg.token_file, token, sizeof(token)) < 0)
+		return 1;
+
+	int ready_fd = -1;
+	if (!foreground && detach(&ready_fd) < 0) {
+		fprintf(stderr, "ringprofd: cannot detach: %s\n", strerror(errno));
+		return 1;
+	}
+	/* Signals are taken synchronously by this thread; every thread
+	 * started below inherits the mask. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct rp_rings *rings = NULL;
+	struct rp_control *control = NULL;
+	struct rp_producers *producers = NULL;
+	struct rp_api *api = NULL;
+	struct rp_api_opts api_opts = {
+		.socket_path = cfg.socket,
+		.tcp_listen = cfg.tcp_listen[0] ? cfg.tcp_listen : NULL,
+		.token = token[0] ? token : NULL,
+		.max_duration_ns = cfg.max_duration_ns,
+	};
+	int rc = rp_rings_start(&cfg, &rings, &err);
+	if (rc == 0)
+		rc = rp_control_new(&cfg, rings, &control, &err);
+	if (rc == 0)
+		rc = rp_producers_start(&cfg, rings, &producers, &err);
+	if (rc == 0)
+		rc = rp_api_start(&api_opts, &rp_control_ops, control, &api, &err);
+	if (rc < 0) {
+		fprintf(stderr, "ringprofd: %s\n", err.msg);
+	} else {
+		fprintf(stderr, "ringprofd %s: serving on %s (rings in %s, sessions in %s)\n", VERSION,
+			cfg.socket, cfg.state_dir, cfg.logdir);
+		if (ready_fd >= 0) {
+			char ok = 1;
+			if (write(ready_fd, &ok, 1) != 1)
+				fprintf(stderr, "ringprofd: could not report readiness\n");
+			close(ready_fd);
+		}
+		int sig = 0;
+		while (sig != SIGTERM && sig != SIGINT)
+			sigwait(&sigs, &sig);
+		fprintf(stderr, "ringprofd: %s: sealing the rings and exiting\n", strsignal(sig));
+	}
+	rp_api_stop(api);
+	rp_producers_stop(producers);
+	rp_control_free(control);
+	rp_rings_stop(rings);
+	return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,412 @@
+#include "rings.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "clock.h"
+#include "parse.h"
+
+#define REAP_INTERVAL_NS 1000000000ull
+
+struct device {
+	char name[64];
+	char path[PATH_MAX];
+	uint64_t budget;
+	struct rp_ringfile *rf;
+	struct rp_drain *drain;          /* ingest thread only */
+	pthread_mutex_t stats_lock;
+	struct rp_drain_stats stats;     /* published by the ingest thread */
+};
+
+struct pending {
+	struct pending *next;
+	struct device *dev;
+	struct rp_shmring *ring;
+	char thread_name[64];
+	char process_name[64];
+};
+
+struct rp_rings {
+	const struct rp_config *cfg;
+	pthread_mutex_t devices_lock;    /* serialises device creation */
+	struct device *devices[RP_MAX_DEVICES];
+	atomic_uint ndevices;            /* entries below it are immutable */
+
+	pthread_t thread;
+	pthread_mutex_t lock;            /* guards everything below */
+	pthread_cond_t wake;             /* to the ingest thread */
+	pthread_cond_t flushed;          /* from the ingest thread */
+	struct pending *pending;
+	uint64_t flush_requested, flush_done;
+	int flush_status;
+	bool stop;
+};
+
+static int open_device(struct rp_rings *r, const char *name, struct device **out,
+		       struct rp_err *err)
+{
+	struct device *d = calloc(1, sizeof(*d));
+	if (!d)
+		return rp_err_set(err, -ENOMEM, "out of memory opening ring %s", name);
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	if ((size_t)snprintf(d->path, sizeof(d->path), "%s/%s.ring", r->cfg->state_dir, name) >=
+	    sizeof(d->path)) {
+		free(d);
+		return rp_err_set(err, -ENAMETOOLONG, "state directory path too long: %s",
+				  r->cfg->state_dir);
+	}
+	uint32_t slot_size;
+	rp_config_ring(r->cfg, name, &d->budget, &slot_size);
+	struct rp_ringfile_opts ro = {
+		.device = name,
+		.device_id = atomic_load(&r->ndevices),
+		.budget_bytes = d->budget,
+		.slot_size = slot_size,
+	};
+	int rc = rp_ringfile_open(d->path, &ro, &d->rf, err);
+	if (rc < 0) {
+		free(d);
+		return rc;
+	}
+	struct rp_drain_opts dopts = { .seal_interval_ns = r->cfg->seal_interval_ns };
+	rc = rp_drain_new(d->rf, &dopts, &d->drain, err);
+	if (rc < 0) {
+		rp_ringfile_close(d->rf);
+		free(d);
+		return rc;
+	}
+	pthread_mutex_init(&d->stats_lock, NULL);
+	*out = d;
+	return 0;
+}
+
+static struct device *find_device(struct rp_rings *r, const char *name)
+{
+	unsigned n = atomic_load_explicit(&r->ndevices, memory_order_acquire);
+	for (unsigned i = 0; i < n; i++)
+		if (strcmp(r->devices[i]->name, name) == 0)
+			return r->devices[i];
+	return NULL;
+}
+
+/* Find or create the device; creation is published only once complete. */
+static int get_device(struct rp_rings *r, const char *name, struct device **out,
+		      struct rp_err *err)
+{
+	int rc = rp_check_name(name, 63, "device name", err);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&r->devices_lock);
+	struct device *d = find_device(r, name);
+	rc = 0;
+	if (!d) {
+		unsigned n = atomic_load(&r->ndevices);
+		if (n == RP_MAX_DEVICES)
+			rc = rp_err_set(err, -ENOSPC, "too many device rings (%d): cannot add '%s'",
+					RP_MAX_DEVICES, name);
+		else if ((rc = open_device(r, name, &d, err)) == 0) {
+			r->devices[n] = d;
+			atomic_store_explicit(&r->ndevices, n + 1, memory_order_release);
+			fprintf(stderr, "ringprofd: ring %s: %s (%llu MiB)\n", name, d->path,
+				(unsigned long long)(d->budget >> 20));
+		}
+	}
+	pthread_mutex_unlock(&r->devices_lock);
+	*out = d;
+	return rc;
+}
+
+static bool pid_gone(uint32_t pid, void *ctx)
+{
+	(void)ctx;
+	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+static void attach_pending(struct pending *p)
+{
+	uint64_t now = rp_clock_now_ns();
+	uint32_t pid = rp_shmring_pid(p->ring), tid = rp_shmring_tid(p->ring);
+	if (p->process_name[0]) {
+		struct rp_event ev = { .kind = RP_EV_PROCESS_NAME, .ts = now, .pid = pid,
+				       .tid = pid, .name = p->process_name };
+		rp_drain_add(p->dev->drain, &ev, NULL);
+	}
+	if (p->thread_name[0]) {
+		struct rp_event ev = { .kind = RP_EV_THREAD_NAME, .ts = now, .pid = pid,
+				       .tid = tid, .name = p->thread_name };
+		rp_drain_add(p->dev->drain, &ev, NULL);
+	}
+	if (rp_drain_attach(p->dev->drain, p->ring) < 0)
+		rp_shmring_close(p->ring);
+}
+
+static int flush_all(struct rp_rings *r, unsigned n)
+{
+	int status = 0;
+	for (unsigned i = 0; i < n; i++) {
+		struct rp_err err = { 0 };
+		int rc = rp_drain_flush(r->devices[i]->drain, &err);
+		if (rc < 0) {
+			fprintf(stderr, "ringprofd: ring %s: %s\n", r->devices[i]->name, err.msg);
+			status = rc;
+		}
+	}
+	return status;
+}
+
+static void *ingest_main(void *arg)
+{
+	struct rp_rings *r = arg;
+	uint64_t last_reap = rp_clock_now_ns();
+	uint64_t error_logged = 0;
+	pthread_mutex_lock(&r->lock);
+	while (!r->stop) {
+		struct pending *pending = r->pending;
+		r->pending = NULL;
+		uint64_t flush_wanted = r->flush_requested;
+		pthread_mutex_unlock(&r->lock);
+
+		while (pending) {
+			struct pending *next = pending->next;
+			attach_pending(pending);
+			free(pending);
+			pending = next;
+		}
+		unsigned n = atomic_load_explicit(&r->ndevices, memory_order_acquire);
+		uint64_t now = rp_clock_now_ns();
+		bool reap = now - last_reap >= REAP_INTERVAL_NS;
+		for (unsigned i = 0; i < n; i++) {
+			struct device *d = r->devices[i];
+			struct rp_err err = { 0 };
+			/* A failing ring (disk error) must not flood the log. */
+			if (rp_drain_poll(d->drain, &err) < 0 && now - error_logged > 10000000000ull) {
+				fprintf(stderr, "ringprofd: ring %s: %s\n", d->name, err.msg);
+				error_logged = now;
+			}
+			if (reap)
+				rp_drain_reap(d->drain, pid_gone, NULL);
+		}
+		if (reap)
+			last_reap = now;
+		int flush_status = 0;
+		if (flush_wanted)
+			flush_status = flush_all(r, n);
+		for (unsigned i = 0; i < n; i++) {
+			struct device *d = r->devices[i];
+			pthread_mutex_lock(&d->stats_lock);
+			rp_drain_stats(d->drain, &d->stats);
+			pthread_mutex_unlock(&d->stats_lock);
+		}
+
+		pthread_mutex_lock(&r->lock);
+		if (flush_wanted > r->flush_done) {
+			r->flush_done = flush_wanted;
+			r->flush_status = flush_status;
+			pthread_cond_broadcast(&r->flushed);
+		}
+		if (!r->stop && !r->pending && r->flush_requested == r->flush_done) {
+			struct timespec until;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			uint64_t ns = (uint64_t)until.tv_nsec + r->cfg->poll_interval_ns;
+			until.tv_sec += (time_t)(ns / 1000000000u);
+			until.tv_nsec = (long)(ns % 1000000000u);
+			pthread_cond_timedwait(&r->wake, &r->lock, &until);
+		}
+	}
+	pthread_mutex_unlock(&r->lock);
+	flush_all(r, atomic_load(&r->ndevices));
+	return NULL;
+}
+
+static bool is_ring_file(const char *name, char *device, size_t len)
+{
+	size_t n = strlen(name);
+	if (n <= 5 || strcmp(name + n - 5, ".ring") != 0 || n - 5 >= len)
+		return false;
+	memcpy(device, name, n - 5);
+	device[n - 5] = 0;
+	return rp_check_name(device, 63, "device name", NULL) == 0;
+}
+
+/* Reopen the rings of an earlier run so their history stays available. */
+static int recover_rings(struct rp_rings *r, struct rp_err *err)
+{
+	DIR *dir = opendir(r->cfg->state_dir);
+	if (!dir)
+		return rp_err_set(err, -errno, "cannot read state directory %s: %s",
+				  r->cfg->state_dir, strerror(errno));
+	struct dirent *e;
+	int rc = 0;
+	while ((e = readdir(dir)) && rc == 0) {
+		char device[64];
+		struct device *d;
+		if (is_ring_file(e->d_name, device, sizeof(device)))
+			rc = get_device(r, device, &d, err);
+	}
+	closedir(dir);
+	return rc;
+}
+
+static int make_dirs(const char *path, struct rp_err *err)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *p = buf + 1;; p++) {
+		if (*p == '/' || *p == 0) {
+			char c = *p;
+			*p = 0;
+			if (mkdir(buf, 0750) < 0 && errno != EEXIST)
+				return rp_err_set(err, -errno, "cannot create directory %s: %s",
+						  buf, strerror(errno));
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	return 0;
+}
+
+int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp_err *err)
+{
+	struct rp_rings *r = calloc(1, sizeof(*r));
+	if (!r)
+		return rp_err_set(err, -ENOMEM, "out of memory");
+	r->cfg = cfg;
+	pthread_mutex_init(&r->devices_lock, NULL);
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&r->flushed, NULL);
+	struct device *host;
+	int rc = make_dirs(cfg->state_dir, err);
+	if (rc == 0)
+		rc = recover_rings(r, err);
+	if (rc == 0)
+		rc = get_device(r, "host", &host, err);
+	if (rc == 0 && (rc = -pthread_create(&r->thread, NULL, ingest_main, r)) < 0)
+		rp_err_set(err, rc, "cannot start the ingest thread: %s", strerror(-rc));
+	if (rc < 0) {
+		for (unsigned i = 0; i < atomic_load(&r->ndevices); i++) {
+			rp_drain_free(r->devices[i]->drain);
+			rp_ringfile_close(r->devices[i]->rf);
+			free(r->devices[i]);
+		}
+		free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void rp_rings_stop(struct rp_rings *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->stop = true;
+	pthread_cond_signal(&r->wake);
+	pthread_mutex_unlock(&r->lock);
+	pthread_join(r->thread, NULL);
+	for (struct pending *p = r->pending, *next; p; p = next) {
+		next = p->next;
+		rp_shmring_close(p->ring);
+		free(p);
+	}
+	for (unsigned i = 0; i < atomic_load(&r->ndevices); i++) {
+		struct device *d = r->devices[i];
+		rp_drain_free(d->drain);
+		struct rp_err err = { 0 };
+		if (rp_ringfile_sync(d->rf, true, &err) < 0)
+			fprintf(stderr, "ringprofd: ring %s: %s\n", d->name, err.msg);
+		rp_ringfile_close(d->rf);
+		pthread_mutex_destroy(&d->stats_lock);
+		free(d);
+	}
+	free(r);
+}
+
+static void read_comm(uint32_t pid, char *out, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+	out[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = 0;
+	fclose(f);
+}
+
+int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *ring,
+		    const char *thread_name, struct rp_err *err)
+{
+	struct device *d;
+	int rc = get_device(r, device, &d, err);
+	if (rc < 0)
+		return rc;
+	struct pending *p = calloc(1, sizeof(*p));
+	if (!p)
+		return rp_err_set(err, -ENOMEM, "out of memory");
+	p->dev = d;
+	p->ring = ring;
+	snprintf(p->thread_name, sizeof(p->thread_name), "%s", thread_name ? thread_name : "");
+	read_comm(rp_shmring_pid(ring), p->process_name, sizeof(p->process_name));
+	pthread_mutex_lock(&r->lock);
+	p->next = r->pending;
+	r->pending = p;
+	pthread_cond_signal(&r->wake);
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+int rp_rings_flush(struct rp_rings *r, struct rp_err *err)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->stop) {
+		pthread_mutex_unlock(&r->lock);
+		return rp_err_set(err, -ESHUTDOWN, "ringprofd is shutting down");
+	}
+	uint64_t mine = ++r->flush_requested;
+	pthread_cond_signal(&r->wake);
+	while (r->flush_done < mine)
+		pthread_cond_wait(&r->flushed, &r->lock);
+	int rc = r->flush_status;
+	pthread_mutex_unlock(&r->lock);
+	if (rc < 0)
+		return rp_err_set(err, rc, "sealing the rings failed: %s (see the daemon log)",
+				  strerror(-rc));
+	return 0;
+}
+
+unsigned rp_rings_count(struct rp_rings *r)
+{
+	return atomic_load_explicit(&r->ndevices, memory_order_acquire);
+}
+
+int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info)
+{
+	if (i >= rp_rings_count(r))
+		return -ENOENT;
+	struct device *d = r->devices[i];
+	snprintf(info->device, sizeof(info->device), "%s", d->name);
+	snprintf(info->path, sizeof(info->path), "%s", d->path);
+	info->budget_bytes = d->budget;
+	info->rf = d->rf;
+	rp_ringfile_stats(d->rf, &info->file);
+	pthread_mutex_lock(&d->stats_lock);
+	info->drain = d->stats;
+	pthread_mutex_unlock(&d->stats_lock);
+	return 0;
+}

@@ -1,0 +1,53 @@
+/* The daemon's device rings: one ring file and drain per device ("host"
+ * always, "gpu0", "nc3", ... when a producer registers them), and the
+ * ingest thread that drains every producer ring into them.
+ *
+ * The ingest thread is the only caller of each drain.  Other threads
+ * attach producer rings, ask for a flush ("seal everything up to now")
+ * and read stats through this module. */
+#ifndef RINGPROF_RINGS_H
+#define RINGPROF_RINGS_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "drain.h"
+#include "err.h"
+#include "ringfile.h"
+#include "shmring.h"
+
+#define RP_MAX_DEVICES 64
+
+struct rp_ring_info {
+	char device[64];
+	char path[PATH_MAX];
+	uint64_t budget_bytes;
+	struct rp_ringfile *rf;          /* for sessions: iterate and pin */
+	struct rp_ringfile_stats file;
+	struct rp_drain_stats drain;     /* as of the last ingest pass */
+};
+
+struct rp_rings;
+
+/* Open (recovering) every ring file in cfg->state_dir, create the host
+ * ring, and start the ingest thread. */
+int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out,
+		   struct rp_err *err);
+/* Stop the ingest thread after a last flush, sync and close every ring. */
+void rp_rings_stop(struct rp_rings *r);
+
+/* Hand a producer ring (ownership passes) to the ingest thread, creating
+ * the device's ring file first when it is new.  thread_name may be "". */
+int rp_rings_attach(struct rp_rings *r, const char *device,
+		    struct rp_shmring *ring, const char *thread_name,
+		    struct rp_err *err);
+/* Seal everything producers committed up to now and wait for it to be
+ * written, so that a window read includes it. */
+int rp_rings_flush(struct rp_rings *r, struct rp_err *err);
+
+unsigned rp_rings_count(struct rp_rings *r);
+/* Stats of device i (0 .. count-1); -ENOENT past the end. */
+int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info);
+
+#endif

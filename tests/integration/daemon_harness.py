@@ -1,0 +1,118 @@
+"""Start a real ringprofd on a temporary socket and directories, talk to it
+over HTTP on its Unix socket, and read its sessions back."""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+BUILD = os.environ.get("RINGPROF_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+RINGPROFD = os.environ.get("RINGPROFD", os.path.join(BUILD, "daemon", "ringprofd"))
+CLI = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
+SESSION_DUMP = os.environ.get("RINGPROF_SESSION_DUMP", os.path.join(BUILD, "tests", "session-dump"))
+SEQ_PRODUCER = os.environ.get("RINGPROF_SEQ_PRODUCER", os.path.join(BUILD, "tests", "seq-producer"))
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+class Daemon:
+    def __init__(self, tmp, config=None, extra_args=()):
+        self.tmp = str(tmp)
+        self.socket = os.path.join(self.tmp, "ctl.sock")
+        self.state_dir = os.path.join(self.tmp, "state")
+        self.logdir = os.path.join(self.tmp, "logs")
+        self.args = [RINGPROFD, "--foreground", "--socket", self.socket,
+                     "--state-dir", self.state_dir, "--logdir", self.logdir, *extra_args]
+        if config is not None:
+            path = os.path.join(self.tmp, "ringprofd.conf")
+            with open(path, "w") as f:
+                f.write(config)
+            self.args += ["--config", path]
+        self.proc = None
+        self.log = os.path.join(self.tmp, "ringprofd.log")
+
+    def env(self):
+        return dict(os.environ, RINGPROF_SOCKET=self.socket)
+
+    def start(self, timeout=10):
+        self.proc = subprocess.Popen(self.args, stderr=open(self.log, "a"), stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("ringprofd exited: " + open(self.log).read())
+            try:
+                status, _ = self.request("GET", "/v1/status")
+                if status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("ringprofd did not answer in time: " + open(self.log).read())
+
+    def request(self, method, path, body=None, raw=None, headers=None):
+        conn = UnixHTTPConnection(self.socket)
+        data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+        conn.request(method, path, body=data, headers=headers or {})
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        conn.close()
+        try:
+            return resp.status, json.loads(text) if text else None
+        except json.JSONDecodeError:
+            return resp.status, text
+
+    def ok(self, method, path, body=None):
+        status, data = self.request(method, path, body)
+        assert 200 <= status < 300, (status, data)
+        return data
+
+    def kill(self, sig=signal.SIGKILL):
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.kill(signal.SIGTERM)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def cli(self, *args, check=False):
+        r = subprocess.run([CLI, "--socket", self.socket, *args], capture_output=True, text=True,
+                           timeout=120)
+        if check:
+            assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+        return r
+
+
+def dump(session_path, all_events=False):
+    args = [SESSION_DUMP, session_path] + (["--all"] if all_events else [])
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def seq_values(events, name="seq"):
+    return [(int(e["value"]), e["ts"]) for e in events if e["kind"] == "counter" and e.get("name") == name]
+
+
+def start_producer(daemon, rate, seconds, name="seq"):
+    return subprocess.Popen([SEQ_PRODUCER, str(rate), str(seconds), name], env=daemon.env(),
+                            stdout=subprocess.PIPE, text=True)
+
+
+def finish_producer(proc):
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    return json.loads(out)
