@@ -1,1 +1,435 @@
-int main(void){return 0;}
+/* Append cost of a producer ring (shmring.h), per event, for one producer
+ * thread writing range begin/end pairs (with a ~16-character name) while a
+ * consumer thread drains the ring, beside its floor (rdtsc and
+ * clock_gettime) and the same pairs as LTTng-UST tracepoints into a
+ * snapshot-mode session.  Prints figures; it is not a pass/fail test.
+ *
+ * Each figure is the median of RUNS runs of PAIRS pairs (APPEND_PAIRS
+ * for the append without timestamps).  The last line, "result: ...", has
+ * a fixed form for scripts. */
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "shmring.h"
+
+#ifdef HAVE_LTTNG_UST
+#include "append_tp.h"
+#endif
+
+#define RUNS 9
+#define PAIRS 1500000u          /* 3 M events per run */
+/* Appends without a timestamp outpace the consumer; their runs are
+ * short enough (12 MB) for the ring to hold one whole. */
+#define APPEND_PAIRS 250000u
+/* 50 ms of events: a consumer preempted for a while (on a small, busy
+ * machine) does not make the producer drop. */
+#define RING_BYTES (64u << 20)
+#define NAP_NS 200000           /* consumer poll interval */
+
+/* Names cycle so that nothing about them is a compile-time constant. */
+static const char *const names[8] = {
+	"forward_attn_l12", "backward_mlp_l03", "optimizer_step_0", "allreduce_grad_7",
+	"dataloader_next_", "embedding_lookup", "loss_compute_x01", "checkpoint_save_",
+};
+
+static volatile uint64_t sink;
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
+static void pin_to_cpu(int cpu)
+{
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		return;
+	cpu_set_t set;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+static double floor_rdtsc(void)
+{
+	uint64_t sum = 0, t0 = rp_clock_now_ns();
+	for (unsigned i = 0; i < 2 * PAIRS; i++)
+		sum += rp_rdtsc();
+	uint64_t t1 = rp_clock_now_ns();
+	sink = sum;
+	return (double)(t1 - t0) / (2.0 * PAIRS);
+}
+
+static double floor_clock_gettime(void)
+{
+	uint64_t sum = 0, t0 = rp_clock_now_ns();
+	for (unsigned i = 0; i < 2 * PAIRS; i++)
+		sum += rp_clock_now_ns();
+	uint64_t t1 = rp_clock_now_ns();
+	sink = sum;
+	return (double)(t1 - t0) / (2.0 * PAIRS);
+}
+
+struct consumer {
+	struct rp_shmring *ring;
+	atomic_bool stop;
+	_Atomic uint64_t records;
+	uint64_t corrupt;
+};
+
+static int count_record(void *ctx, const struct rp_shmring *r, const struct rp_rec *rec)
+{
+	(void)r;
+	(void)rec;
+	struct consumer *c = ctx;
+	atomic_store_explicit(&c->records,
+			      atomic_load_explicit(&c->records, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return 0;
+}
+
+/* Each run starts on an empty ring: wait until the consumer has taken
+ * every event written so far that was not dropped (giving up after 10 s,
+ * which only a consumer bug would take). */
+static void wait_drained(struct consumer *c, const struct rp_shmring *p, uint64_t written)
+{
+	for (int waited = 0; waited < 100000; waited++) {
+		if (atomic_load_explicit(&c->records, memory_order_relaxed) +
+		    rp_shmring_dropped(p) >= written)
+			return;
+		usleep(100);
+	}
+	fprintf(stderr, "bench-append: the consumer did not catch up\n");
+}
+
+/* Drains like the daemon would: whatever is there, then a nap, so that
+ * it reads whole cache lines the producer has left behind rather than
+ * chasing it line by line. */
+static void *consume(void *arg)
+{
+	struct consumer *c = arg;
+	pin_to_cpu(1);
+	const struct timespec nap = { 0, NAP_NS };
+	while (!atomic_load_explicit(&c->stop, memory_order_relaxed)) {
+		rp_shmring_drain(c->ring, count_record, c, 0, &c->corrupt);
+		nanosleep(&nap, NULL);
+	}
+	while (rp_shmring_drain(c->ring, count_record, c, 0, &c->corrupt) > 0)
+		;
+	return NULL;
+}
+
+static double run_ringprof(struct rp_shmring *p)
+{
+	uint64_t t0 = rp_clock_now_ns();
+	for (unsigned i = 0; i < PAIRS; i++) {
+		rp_shm_range_begin(p, rp_shmring_now(p), names[i & 7]);
+		rp_shm_range_end(p, rp_shmring_now(p));
+	}
+	return (double)(rp_clock_now_ns() - t0) / (2.0 * PAIRS);
+}
+
+/* The same without reading the clock: the cost of the append alone. */
+static double run_append_only(struct rp_shmring *p)
+{
+	uint64_t t0 = rp_clock_now_ns();
+	for (unsigned i = 0; i < APPEND_PAIRS; i++) {
+		rp_shm_range_begin(p, i, names[i & 7]);
+		rp_shm_range_end(p, i);
+	}
+	return (double)(rp_clock_now_ns() - t0) / (2.0 * APPEND_PAIRS);
+}
+
+/* Returns the median ns per event, with that of the append alone in
+ * *append and the drops of each phase, or a negative value (with a
+ * message printed) when the ring could not be set up. */
+static double bench_ringprof(double *runs, double *append_runs, double *append,
+			     uint64_t *drops, uint64_t *append_drops, uint64_t *records)
+{
+	struct rp_err err = { 0 };
+	struct rp_shmring *ring, *producer;
+	enum rp_shm_clock clock = rp_tsc_usable() ? RP_SHM_CLOCK_TSC : RP_SHM_CLOCK_MONOTONIC;
+	if (rp_shmring_create(RING_BYTES, (uint32_t)getpid(), (uint32_t)gettid(), clock,
+			      &ring, &err) < 0 ||
+	    rp_shmring_map(rp_shmring_fd(ring), &producer, &err) < 0) {
+		fprintf(stderr, "bench-append: %s\n", err.msg);
+		return -1;
+	}
+	struct consumer c = { .ring = ring };
+	pthread_t t;
+	if (pthread_create(&t, NULL, consume, &c) != 0) {
+		fprintf(stderr, "bench-append: cannot start the consumer thread\n");
+		return -1;
+	}
+	uint64_t written = 0;
+	for (int i = -1; i < RUNS; i++) { /* run -1 warms up */
+		double ns = run_ringprof(producer);
+		if (i >= 0)
+			runs[i] = ns;
+		written += 2 * PAIRS;
+		wait_drained(&c, producer, written);
+	}
+	*drops = rp_shmring_dropped(producer);
+	for (int i = 0; i < RUNS; i++) {
+		append_runs[i] = run_append_only(producer);
+		written += 2 * APPEND_PAIRS;
+		wait_drained(&c, producer, written);
+	}
+	*append = median(append_runs, RUNS);
+	*append_drops = rp_shmring_dropped(producer) - *drops;
+	atomic_store(&c.stop, true);
+	pthread_join(t, NULL);
+	*records = c.records;
+	rp_shmring_close(producer);
+	rp_shmring_close(ring);
+	return median(runs, RUNS);
+}
+
+#ifdef HAVE_LTTNG_UST
+/* Runs cmd through the shell; returns its exit status, with the start of
+ * its output (stdout and stderr) in out.  Output beyond cap is read and
+ * discarded, so the command never blocks on a full pipe. */
+static int sh(const char *cmd, char *out, size_t cap)
+{
+	char full[1024], rest[4096];
+	snprintf(full, sizeof(full), "%s 2>&1", cmd);
+	FILE *f = popen(full, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(out, 1, cap - 1, f);
+	out[n] = 0;
+	while (fread(rest, 1, sizeof(rest), f) > 0)
+		;
+	int st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static uint64_t tree_bytes;
+static int add_size(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)path;
+	(void)ftw;
+	if (type == FTW_F)
+		tree_bytes += (uint64_t)st->st_size;
+	return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	return remove(path);
+}
+
+static double run_lttng(void)
+{
+	uint64_t t0 = rp_clock_now_ns();
+	for (unsigned i = 0; i < PAIRS; i++) {
+		tracepoint(ringprof_bench, range_begin, names[i & 7], i);
+		tracepoint(ringprof_bench, range_end, i);
+	}
+	return (double)(rp_clock_now_ns() - t0) / (2.0 * PAIRS);
+}
+
+/* Waits up to ms for cond(), polling every 10 ms. */
+static bool wait_for(bool (*cond)(void), unsigned ms)
+{
+	for (unsigned waited = 0; !cond(); waited += 10) {
+		if (waited >= ms)
+			return false;
+		usleep(10000);
+	}
+	return true;
+}
+
+static bool app_registered(void)
+{
+	char out[65536], pid[32];
+	snprintf(pid, sizeof(pid), "PID: %d ", (int)getpid());
+	return sh("lttng list -u", out, sizeof(out)) == 0 && strstr(out, pid) &&
+	       strstr(out, "ringprof_bench:range_begin");
+}
+
+static bool probes_armed(void)
+{
+	return tracepoint_enabled(ringprof_bench, range_begin) &&
+	       tracepoint_enabled(ringprof_bench, range_end);
+}
+
+/* The session daemon this run started (read from its pid file), so it is
+ * stopped again afterwards; 0 when one was running already. */
+static pid_t start_sessiond(char *why, size_t why_cap)
+{
+	char out[4096];
+	if (sh("lttng --version", out, sizeof(out)) != 0) {
+		snprintf(why, why_cap, "the lttng command is not available (install lttng-tools)");
+		return -1;
+	}
+	if (sh("lttng list", out, sizeof(out)) == 0)
+		return 0;
+	if (geteuid() != 0) {
+		snprintf(why, why_cap, "no LTTng session daemon runs and this is not root "
+			 "to start one (run lttng-sessiond --daemonize first)");
+		return -1;
+	}
+	if (sh("lttng-sessiond --daemonize", out, sizeof(out)) != 0) {
+		snprintf(why, why_cap, "lttng-sessiond --daemonize failed: %.900s", out);
+		return -1;
+	}
+	pid_t pid = 0;
+	FILE *f = fopen("/var/run/lttng/lttng-sessiond.pid", "r");
+	if (f) {
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	return pid;
+}
+
+/* Times the tracepoints into a snapshot session.  Returns the median ns
+ * per event, or a negative value with the reason in why. */
+static double bench_lttng(double *runs, char *why, size_t why_cap, uint64_t *snapshot_bytes)
+{
+	char out[8192], cmd[512], dir[] = "/tmp/rpbench-lttng-XXXXXX";
+	double result = -1;
+	pid_t started = start_sessiond(why, why_cap);
+	if (started < 0)
+		return -1;
+	if (!wait_for(app_registered, 10000)) {
+		snprintf(why, why_cap, "this process did not register with the LTTng session "
+			 "daemon within 10 s");
+		goto out;
+	}
+	if (!mkdtemp(dir)) {
+		snprintf(why, why_cap, "cannot create %s: %s", dir, strerror(errno));
+		goto out;
+	}
+	sh("lttng destroy rpbench", out, sizeof(out)); /* left by an aborted run */
+	snprintf(cmd, sizeof(cmd), "lttng create rpbench --snapshot --output=%s", dir);
+	if (sh(cmd, out, sizeof(out)) != 0 ||
+	    sh("lttng enable-event -u 'ringprof_bench:*' -s rpbench", out, sizeof(out)) != 0 ||
+	    sh("lttng start rpbench", out, sizeof(out)) != 0) {
+		snprintf(why, why_cap, "setting up the LTTng session failed: %.900s", out);
+		goto destroy;
+	}
+	if (!wait_for(probes_armed, 5000)) {
+		snprintf(why, why_cap, "the tracepoints were not enabled within 5 s of lttng start");
+		goto destroy;
+	}
+	run_lttng(); /* warm-up */
+	for (int i = 0; i < RUNS; i++)
+		runs[i] = run_lttng();
+	if (sh("lttng stop rpbench", out, sizeof(out)) != 0 ||
+	    sh("lttng snapshot record -s rpbench", out, sizeof(out)) != 0) {
+		snprintf(why, why_cap, "taking the LTTng snapshot failed: %.900s", out);
+		goto destroy;
+	}
+	tree_bytes = 0;
+	nftw(dir, add_size, 16, FTW_PHYS);
+	*snapshot_bytes = tree_bytes;
+	if (tree_bytes == 0) {
+		snprintf(why, why_cap, "the LTTng snapshot is empty: no event was recorded");
+		goto destroy;
+	}
+	result = median(runs, RUNS);
+destroy:
+	sh("lttng destroy rpbench", out, sizeof(out));
+	nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+out:
+	if (started > 0)
+		kill(started, SIGTERM);
+	return result;
+}
+#endif
+
+static void fmt(char *buf, size_t cap, double v)
+{
+	if (v < 0)
+		snprintf(buf, cap, "na");
+	else
+		snprintf(buf, cap, "%.2f", v);
+}
+
+static void print_row(const char *what, double *runs, double med)
+{
+	if (med < 0) {
+		printf("  %-30s %10s\n", what, "n/a");
+		return;
+	}
+	/* runs is sorted by median(). */
+	printf("  %-30s %10.2f %10.2f %10.2f\n", what, med, runs[0], runs[RUNS - 1]);
+}
+
+int main(void)
+{
+	pin_to_cpu(0);
+	double r_rdtsc[RUNS], r_gettime[RUNS], r_ring[RUNS], r_lttng[RUNS] = { 0 };
+	for (int i = 0; i < RUNS; i++) {
+		r_rdtsc[i] = floor_rdtsc();
+		r_gettime[i] = floor_clock_gettime();
+	}
+	double rdtsc = median(r_rdtsc, RUNS), gettime = median(r_gettime, RUNS);
+
+	double r_append[RUNS], append = -1;
+	uint64_t drops = 0, append_drops = 0, records = 0;
+	double ring = bench_ringprof(r_ring, r_append, &append, &drops, &append_drops, &records);
+
+	char why[1024] = "built without lttng-ust";
+	double lttng = -1;
+	uint64_t snapshot_bytes = 0;
+#ifdef HAVE_LTTNG_UST
+	lttng = bench_lttng(r_lttng, why, sizeof(why), &snapshot_bytes);
+#endif
+
+	printf("bench-append: %d runs of %u range begin/end pairs (%u events), 16-char names\n",
+	       RUNS, PAIRS, 2 * PAIRS);
+	printf("  %-30s %10s %10s %10s\n", "ns per event", "median", "min", "max");
+	print_row("rdtsc (floor)", r_rdtsc, rdtsc);
+	print_row("clock_gettime (floor)", r_gettime, gettime);
+	print_row("ringprof append, no timestamp", r_append, append);
+	print_row("ringprof append + timestamp", r_ring, ring);
+	print_row("lttng-ust tracepoint", r_lttng, lttng);
+	if (ring >= 0)
+		printf("ringprof: %llu records drained by the consumer thread; dropped: %llu "
+		       "with timestamps, %llu without%s\n",
+		       (unsigned long long)records, (unsigned long long)drops,
+		       (unsigned long long)append_drops,
+		       drops || append_drops ? " (the ring filled: figures include refused writes)"
+					     : "");
+	if (lttng >= 0)
+		printf("lttng: snapshot session rpbench recorded %llu bytes of trace\n",
+		       (unsigned long long)snapshot_bytes);
+	else
+		printf("lttng: n/a: %s\n", why);
+
+	char s_ring[32], s_lttng[32], s_speed[32], s_rdtsc[32], s_gettime[32];
+	fmt(s_ring, sizeof(s_ring), ring);
+	fmt(s_lttng, sizeof(s_lttng), lttng);
+	fmt(s_speed, sizeof(s_speed), ring > 0 && lttng >= 0 ? lttng / ring : -1);
+	fmt(s_rdtsc, sizeof(s_rdtsc), rdtsc);
+	fmt(s_gettime, sizeof(s_gettime), gettime);
+	if (ring > 0 && lttng >= 0)
+		printf("lttng/ringprof: %sx\n", s_speed);
+	printf("result: ringprof_ns_per_event=%s lttng_ns_per_event=%s speedup_vs_lttng=%s "
+	       "rdtsc_ns=%s clock_gettime_ns=%s\n",
+	       s_ring, s_lttng, s_speed, s_rdtsc, s_gettime);
+	return ring < 0;
+}

@@ -267,7 +267,7 @@ int main(int argc, char **argv)
 	printf("  paced at %.2f M events/s: %.2f M events/s, %llu dropped\n", target / 1e6,
 	       paced_rate / 1e6, (unsigned long long)paced.drops);
 
-	double lz4_mb, lz4_ratio;
+	double lz4_mb = 0, lz4_ratio = 0;
 	double lz4_rate = lz4_raw_events_per_s(&lz4_mb, &lz4_ratio);
 	double mem = memcpy_gb_per_s();
 	printf("  peer: plain LZ4_compress_default on raw records: %.2f M events/s (%.0f MB/s, ratio %.1fx)\n",

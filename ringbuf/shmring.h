@@ -59,11 +59,13 @@ struct rp_rec_sample {
  * functions below are the interface): a header page, then the data area.
  * The header holds the u64 counters head (bytes published by the
  * producer), dropped, and tail (bytes freed by the consumer), at these
- * offsets, each on cache lines of its own. */
+ * offsets, each on cache lines of its own; beat (the consumer's
+ * heartbeat) shares tail's line, the consumer writes both. */
 #define RP_SHM_HDR_SIZE 4096
 #define RP_SHM_OFF_HEAD 128
 #define RP_SHM_OFF_DROPPED 256
 #define RP_SHM_OFF_TAIL 384
+#define RP_SHM_OFF_BEAT 392
 
 struct rp_shmring;
 
@@ -104,8 +106,15 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev);
 /* Producer: records dropped so far because the ring was full. */
 uint64_t rp_shmring_dropped(const struct rp_shmring *r);
 
+/* Producer: when the consumer last drained the ring (or created it), in
+ * CLOCK_MONOTONIC ns.  Nothing else tells a producer that its consumer
+ * died: a beat that stops advancing means the ring is no longer read. */
+uint64_t rp_shmring_consumer_beat_ns(const struct rp_shmring *r);
+
 /* Consumer: hand every committed record to fn, oldest first, at most max
- * records (0: no limit), and free their space.  A record whose header is
+ * records (0: no limit), and free their space.  Every call stamps the
+ * consumer heartbeat, so drain each ring, idle or not, well within 2 s
+ * (libringprof's limit) of the last drain.  A record whose header is
  * impossible (size, kind, name length out of bounds) ends the drain: the
  * rest of the ring is discarded and counted in *corrupt (incremented by 1;
  * may be NULL).  rec is a checked private copy, valid during the call.

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -466,6 +467,8 @@ static void test_threads(void **state)
  * n is 0), retrying while the ring is full. */
 static void child_produce(int fd, uint64_t n)
 {
+	/* Should the parent fail an assertion, do not spin on forever. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	struct rp_shmring *r = NULL;
 	if (rp_shmring_map(fd, &r, NULL) != 0)
 		_exit(2);
@@ -645,6 +648,27 @@ static void test_corrupt(void **state)
 	rp_shmring_close(r);
 }
 
+static void test_padding_zeroed(void **state)
+{
+	(void)state;
+	struct rp_shmring *r = ring_new(4096, RP_SHM_CLOCK_MONOTONIC);
+	uint8_t *m = mmap(NULL, RP_SHM_HDR_SIZE + 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+			  rp_shmring_fd(r), 0);
+	assert_true(m != MAP_FAILED);
+	uint8_t *data = m + RP_SHM_HDR_SIZE;
+	memset(data, 0xaa, 4096);
+	assert_true(rp_shm_instant(r, 1, "abc"));              /* 16 + 3 -> 24 */
+	assert_true(rp_shm_counter(r, 2, "0123456789", 1.0)); /* 16 + 8 + 10 -> 40 */
+	static const uint8_t zeros[8] = { 0 };
+	assert_memory_equal(data + 16, "abc", 3);
+	assert_memory_equal(data + 19, zeros, 5);
+	assert_memory_equal(data + 24 + 24, "0123456789", 10);
+	assert_memory_equal(data + 24 + 34, zeros, 6);
+	assert_int_equal(data[64], 0xaa); /* nothing written beyond */
+	munmap(m, RP_SHM_HDR_SIZE + 4096);
+	rp_shmring_close(r);
+}
+
 static int fail_second(void *ctx, const struct rp_shmring *r, const struct rp_rec *rec)
 {
 	(void)r;
@@ -668,6 +692,28 @@ static void test_callback_error(void **state)
 	assert_int_equal(s.v[0].ev.ts, 1);
 	assert_int_equal(s.v[1].ev.ts, 2);
 	free(s.v);
+	rp_shmring_close(r);
+}
+
+static void test_consumer_beat(void **state)
+{
+	(void)state;
+	uint64_t before = rp_clock_now_ns();
+	struct rp_shmring *r = ring_new(4096, RP_SHM_CLOCK_MONOTONIC);
+	uint64_t created = rp_shmring_consumer_beat_ns(r);
+	assert_true(created >= before && created <= rp_clock_now_ns());
+	struct rp_shmring *producer = NULL;
+	assert_int_equal(rp_shmring_map(rp_shmring_fd(r), &producer, NULL), 0);
+	assert_int_equal(rp_shmring_consumer_beat_ns(producer), created);
+	/* Mapping (the producer's side) does not beat; every drain does,
+	 * empty or not. */
+	usleep(1000);
+	assert_int_equal(rp_shmring_consumer_beat_ns(producer), created);
+	assert_int_equal(rp_shmring_drain(r, fail_second, NULL, 0, NULL), 0);
+	uint64_t drained = rp_shmring_consumer_beat_ns(producer);
+	assert_true(drained >= created + 1000000);
+	assert_true(drained <= rp_clock_now_ns());
+	rp_shmring_close(producer);
 	rp_shmring_close(r);
 }
 
@@ -707,6 +753,9 @@ static void test_map_rejects(void **state)
 	/* Sealed, but zeros. */
 	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
 	expect_map_fails(fd, "magic");
+	/* Write-sealed: no ring is, and it could not be mapped writable. */
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+	expect_map_fails(fd, "not a ringprof producer ring (not a memfd");
 	close(fd);
 
 	/* Sealed but of a size no ring has. */
@@ -752,7 +801,9 @@ int main(void)
 		cmocka_unit_test(test_producer_killed),
 		cmocka_unit_test(test_consumer_dies),
 		cmocka_unit_test(test_corrupt),
+		cmocka_unit_test(test_padding_zeroed),
 		cmocka_unit_test(test_callback_error),
+		cmocka_unit_test(test_consumer_beat),
 		cmocka_unit_test(test_map_rejects),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
