@@ -1,0 +1,725 @@
+/* ringprof: the command line for ringprofd's control API (docs/api.md).
+ * Exit status: 0 done, 1 the daemon refused or could not be reached,
+ * 2 a usage error. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "parse.h"
+#include "paths.h"
+#include "summary.h"
+
+#define EXIT_USAGE 2
+#define NAME_MAX_LEN 63
+#define REASON_MAX_LEN 255
+#define POLL_INTERVAL_MS 100
+/* How long past its duration a capture may take to complete. */
+#define CAPTURE_GRACE_NS 30000000000ull
+
+/* Every option a command may take; each command lists the ones it does. */
+enum opt {
+	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
+	N_OPTS
+};
+/* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
+#define OPT_BASE 256
+
+static const struct option all_options[N_OPTS] = {
+	[O_LAST] = { "last", required_argument, NULL, OPT_BASE + O_LAST },
+	[O_END] = { "end", required_argument, NULL, OPT_BASE + O_END },
+	[O_NAME] = { "name", required_argument, NULL, OPT_BASE + O_NAME },
+	[O_RUN] = { "run", required_argument, NULL, OPT_BASE + O_RUN },
+	[O_REASON] = { "reason", required_argument, NULL, OPT_BASE + O_REASON },
+	[O_DURATION] = { "duration", required_argument, NULL, OPT_BASE + O_DURATION },
+	[O_SOCKET] = { "socket", required_argument, NULL, OPT_BASE + O_SOCKET },
+	[O_JSON] = { "json", no_argument, NULL, OPT_BASE + O_JSON },
+	[O_HELP] = { "help", no_argument, NULL, 'h' },
+	[O_VERSION] = { "version", no_argument, NULL, OPT_BASE + O_VERSION },
+};
+
+#define BIT(o) (1u << (o))
+#define COMMON_OPTS (BIT(O_SOCKET) | BIT(O_JSON) | BIT(O_HELP))
+#define NAMING_OPTS (BIT(O_NAME) | BIT(O_RUN) | BIT(O_REASON))
+
+struct args {
+	const char *val[N_OPTS];  /* option values; O_JSON non-NULL when given */
+	char **pos;               /* positional arguments */
+	int npos;
+	struct rp_client *client;
+};
+
+struct command {
+	const char *name;
+	const char *synopsis;
+	const char *help;
+	unsigned opts;
+	int npos;                 /* positional arguments required */
+	int (*run)(const struct command *cmd, struct args *a);
+};
+
+static const char global_usage[] =
+	"usage: ringprof [--socket PATH] [--json] COMMAND [OPTIONS]\n"
+	"\n"
+	"Drive ringprofd, the always-on profiler: freeze the recent past into a\n"
+	"session, or record from now on.\n"
+	"\n"
+	"commands:\n"
+	"  status     the rings: fill, horizon, events, drops; open sessions\n"
+	"  snapshot   save the last N seconds (--last 30s) as a session\n"
+	"  start      start a session now; prints its id\n"
+	"  stop ID    stop a session and show what it holds\n"
+	"  capture    record for --duration and wait for the result\n"
+	"  sessions   list sessions\n"
+	"\n"
+	"options:\n"
+	"  --socket PATH  ringprofd's socket (default %s, from $RINGPROF_SOCKET when set)\n"
+	"  --json         print the daemon's JSON answer instead of a summary\n"
+	"  -h, --help     this help; 'ringprof COMMAND --help' for one command\n"
+	"  --version      print the version\n";
+
+static const char short_usage[] =
+	"usage: ringprof [--socket PATH] [--json] COMMAND [OPTIONS]\n"
+	"commands: status, snapshot, start, stop, capture, sessions\n"
+	"Try 'ringprof --help'.\n";
+
+static void print_global_usage(void)
+{
+	char buf[256];
+	const char *def = rp_default_socket_path(buf, sizeof(buf));
+	printf(global_usage, def ? def : "a path too long to show");
+}
+
+static void print_command_usage(const struct command *cmd, FILE *out)
+{
+	fprintf(out, "usage: ringprof %s %s\n", cmd->name, cmd->synopsis);
+	if (out == stdout)
+		fprintf(out, "\n%s"
+			"  --socket PATH     ringprofd's socket\n"
+			"  --json            print the daemon's JSON answer\n"
+			"  -h, --help        this help\n", cmd->help);
+	else
+		fprintf(out, "Try 'ringprof %s --help'.\n", cmd->name);
+}
+
+static int usage_error(const struct command *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static int usage_error(const struct command *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "ringprof%s%s: ", cmd ? " " : "", cmd ? cmd->name : "");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (cmd)
+		print_command_usage(cmd, stderr);
+	else
+		fputs(short_usage, stderr);
+	return EXIT_USAGE;
+}
+
+/* A value the user typed that does not pass the same check the daemon
+ * makes: say so without a round trip. */
+static int bad_value(const struct command *cmd, const char *option, const struct rp_err *err)
+{
+	fprintf(stderr, "ringprof %s: %s: %s\n", cmd->name, option, err->msg);
+	return EXIT_USAGE;
+}
+
+static int daemon_error(const struct rp_err *err)
+{
+	fprintf(stderr, "ringprof: %s\n", err->msg);
+	return EXIT_FAILURE;
+}
+
+/* The option getopt just refused, as typed: a short one is in optopt
+ * (it may sit inside a cluster such as -xh), a long one in argv. */
+static const char *typed_option(char **argv, int short_opt)
+{
+	static char text[3];
+	if (!short_opt)
+		return argv[optind - 1];
+	snprintf(text, sizeof(text), "-%c", short_opt);
+	return text;
+}
+
+/* The options in mask, for cmd (NULL: those before the command) into a;
+ * -1 to go on, else the exit status. */
+static int get_options(const struct command *cmd, unsigned mask, int argc, char **argv,
+		       struct args *a)
+{
+	struct option longopts[N_OPTS + 1];
+	size_t n = 0;
+	for (int o = 0; o < N_OPTS; o++)
+		if (mask & BIT(o))
+			longopts[n++] = all_options[o];
+	longopts[n] = (struct option){ 0 };
+	optind = 0;  /* GNU getopt: start over, this is a new argv */
+	opterr = 0;
+	int c;
+	/* '+' before the command: stop there, its options are its own. */
+	while ((c = getopt_long(argc, argv, cmd ? ":h" : "+:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			if (cmd)
+				print_command_usage(cmd, stdout);
+			else
+				print_global_usage();
+			return EXIT_SUCCESS;
+		case OPT_BASE + O_VERSION:
+			printf("ringprof %s\n", RINGPROF_VERSION);
+			return EXIT_SUCCESS;
+		case ':':
+			return usage_error(cmd, "option '%s' needs a value", typed_option(argv, 0));
+		case '?':
+			return usage_error(cmd, "unknown option '%s'", typed_option(argv, optopt));
+		default:
+			a->val[c - OPT_BASE] = optarg ? optarg : "";
+		}
+	}
+	return -1;
+}
+
+/* A command's options and arguments into a; -1 to go on, else the exit
+ * status. */
+static int parse_args(const struct command *cmd, int argc, char **argv, struct args *a)
+{
+	int rc = get_options(cmd, cmd->opts, argc, argv, a);
+	if (rc >= 0)
+		return rc;
+	a->pos = argv + optind;
+	a->npos = argc - optind;
+	if (a->npos > cmd->npos)
+		return usage_error(cmd, "unexpected argument '%s'", a->pos[cmd->npos]);
+	if (a->npos < cmd->npos)
+		return usage_error(cmd, "missing argument %s", cmd->synopsis);
+	return -1;
+}
+
+/* ---- formatting ---- */
+
+static json_int_t jint(const json_t *o, const char *key)
+{
+	return json_integer_value(json_object_get(o, key));
+}
+
+static const char *jstr(const json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? s : "-";
+}
+
+static void fmt_size(uint64_t bytes, char *out, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+	if (bytes < 1024) {
+		snprintf(out, len, "%llu B", (unsigned long long)bytes);
+		return;
+	}
+	double v = (double)bytes / 1024;
+	size_t u = 0;
+	while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(out, len, "%.1f %s", v, units[u]);
+}
+
+/* A length for people: to the millisecond once over one; "-" for none. */
+static void fmt_len(uint64_t ns, char *out, size_t len)
+{
+	if (ns == 0)
+		snprintf(out, len, "-");
+	else
+		rp_format_duration(ns >= 1000000 ? (ns + 500000) / 1000000 * 1000000 : ns, out, len);
+}
+
+static void fmt_seconds(double s, char *out, size_t len)
+{
+	fmt_len(s > 0 ? (uint64_t)(s * 1e9) : 0, out, len);
+}
+
+/* Wall-clock time to the millisecond: "2026-11-22T14:03:07.250Z". */
+static void fmt_time(int64_t wall_ns, char *out, size_t len)
+{
+	char full[48];
+	rp_format_time(wall_ns, full, sizeof(full));
+	snprintf(out, len, "%.23sZ", full);
+}
+
+/* Columns of text, aligned on print; align[i] 'r' right-aligns column i. */
+struct table {
+	const char *align;
+	size_t ncols, nrows;
+	char **cells;
+};
+
+static void table_row(struct table *t, ...)
+{
+	char **cells = realloc(t->cells, (t->nrows + 1) * t->ncols * sizeof(*cells));
+	if (!cells) {
+		perror("ringprof");
+		exit(EXIT_FAILURE);
+	}
+	t->cells = cells;
+	va_list ap;
+	va_start(ap, t);
+	for (size_t i = 0; i < t->ncols; i++) {
+		const char *s = va_arg(ap, const char *);
+		cells[t->nrows * t->ncols + i] = strdup(s ? s : "-");
+	}
+	va_end(ap);
+	t->nrows++;
+}
+
+static void table_print(struct table *t)
+{
+	size_t width[16] = { 0 };
+	for (size_t i = 0; i < t->nrows * t->ncols; i++) {
+		size_t n = strlen(t->cells[i] ? t->cells[i] : "");
+		if (n > width[i % t->ncols])
+			width[i % t->ncols] = n;
+	}
+	for (size_t r = 0; r < t->nrows; r++) {
+		for (size_t c = 0; c < t->ncols; c++) {
+			const char *s = t->cells[r * t->ncols + c];
+			bool last = c + 1 == t->ncols;
+			int w = (int)width[c];
+			if (t->align[c] == 'r')
+				printf("%*s%s", w, s, last ? "" : "  ");
+			else
+				printf("%-*s%s", last ? 0 : w, s, last ? "" : "  ");
+		}
+		putchar('\n');
+	}
+}
+
+static void table_free(struct table *t)
+{
+	for (size_t i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+}
+
+static uint64_t window_len(const json_t *w)
+{
+	json_int_t s = jint(w, "start_wall_ns"), e = jint(w, "end_wall_ns");
+	return e > s ? (uint64_t)(e - s) : 0;
+}
+
+static void print_window(const char *label, const json_t *w)
+{
+	char len[32], from[32], to[32];
+	fmt_len(window_len(w), len, sizeof(len));
+	fmt_time(jint(w, "start_wall_ns"), from, sizeof(from));
+	fmt_time(jint(w, "end_wall_ns"), to, sizeof(to));
+	printf("%-10s %-8s %s .. %s\n", label, len, from, to);
+}
+
+/* A session object: what it is, where, the window asked for and the one
+ * the rings could cover (flagged when short), and per-device counts. */
+static int print_session(const json_t *s)
+{
+	printf("%-10s %s (%s, %s)\n", "session", jstr(s, "id"), jstr(s, "kind"), jstr(s, "state"));
+	printf("%-10s %s\n", "run", jstr(s, "run"));
+	printf("%-10s %s\n", "path", jstr(s, "path"));
+	const json_t *req = json_object_get(s, "requested"), *cov = json_object_get(s, "covered");
+	if (req && window_len(req))
+		print_window("requested", req);
+	if (cov && window_len(cov))
+		print_window("covered", cov);
+	else if (!strcmp(jstr(s, "state"), "complete"))
+		printf("%-10s nothing: the rings held no events in that window\n", "covered");
+	if (req && cov && window_len(cov) && window_len(cov) + 1000000 < window_len(req)) {
+		char got[32], want[32];
+		fmt_len(window_len(cov), got, sizeof(got));
+		fmt_len(window_len(req), want, sizeof(want));
+		printf("note: only %s of the %s requested was still in the rings; "
+		       "a larger ring budget keeps a longer horizon\n", got, want);
+	}
+	const json_t *devs = json_object_get(s, "devices");
+	if (json_array_size(devs)) {
+		struct table t = { .align = "lrrrr", .ncols = 5 };
+		table_row(&t, "DEVICE", "EVENTS", "CHUNKS", "DROPPED", "SIZE");
+		size_t i;
+		const json_t *d;
+		json_array_foreach(devs, i, d) {
+			char ev[24], ch[24], dr[24], sz[24];
+			snprintf(ev, sizeof(ev), "%lld", (long long)jint(d, "events"));
+			snprintf(ch, sizeof(ch), "%lld", (long long)jint(d, "chunks"));
+			snprintf(dr, sizeof(dr), "%lld", (long long)jint(d, "dropped"));
+			fmt_size((uint64_t)jint(d, "bytes"), sz, sizeof(sz));
+			table_row(&t, jstr(d, "device"), ev, ch, dr, sz);
+		}
+		putchar('\n');
+		table_print(&t);
+		table_free(&t);
+	}
+	if (!strcmp(jstr(s, "state"), "failed")) {
+		fprintf(stderr, "ringprof: session %s failed: %s\n", jstr(s, "id"), jstr(s, "error"));
+		return EXIT_FAILURE;
+	}
+	return EXIT_SUCCESS;
+}
+
+static int print_json(json_t *j)
+{
+	if (j && json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) == 0)
+		putchar('\n');
+	return EXIT_SUCCESS;
+}
+
+/* ---- talking to the daemon ---- */
+
+static int call(struct args *a, const char *method, const char *path, json_t *body, json_t **resp)
+{
+	struct rp_err err = { 0 };
+	int rc = rp_client_call(a->client, method, path, body, resp, &err);
+	json_decref(body);
+	return rc < 0 ? daemon_error(&err) : EXIT_SUCCESS;
+}
+
+/* Checks --name/--run/--reason and adds them to body. */
+static int add_naming(const struct command *cmd, const struct args *a, json_t *body)
+{
+	struct rp_err err = { 0 };
+	if (a->val[O_NAME] && rp_check_name(a->val[O_NAME], NAME_MAX_LEN, "session name", &err) < 0)
+		return bad_value(cmd, "--name", &err);
+	if (a->val[O_RUN] && rp_check_name(a->val[O_RUN], NAME_MAX_LEN, "run name", &err) < 0)
+		return bad_value(cmd, "--run", &err);
+	if (a->val[O_REASON] && strlen(a->val[O_REASON]) > REASON_MAX_LEN) {
+		rp_err_set(&err, -EINVAL, "%zu bytes long: keep it to %d bytes",
+			   strlen(a->val[O_REASON]), REASON_MAX_LEN);
+		return bad_value(cmd, "--reason", &err);
+	}
+	static const struct {
+		enum opt opt;
+		const char *field;
+	} fields[] = { { O_NAME, "name" }, { O_RUN, "run" }, { O_REASON, "reason" } };
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+		if (a->val[fields[i].opt] && json_object_set_new(body, fields[i].field,
+								 json_string(a->val[fields[i].opt])) < 0)
+			return usage_error(cmd, "%s is not valid UTF-8", fields[i].field);
+	return -1;
+}
+
+/* Checks a duration option; the daemon gets the text as typed. */
+static int check_duration(const struct command *cmd, const char *option, const char *text,
+			  uint64_t *ns)
+{
+	struct rp_err err = { 0 };
+	return rp_parse_duration(text, ns, &err) < 0 ? bad_value(cmd, option, &err) : -1;
+}
+
+static int cmd_status(const struct command *cmd, struct args *a)
+{
+	(void)cmd;
+	json_t *r = NULL;
+	int rc = call(a, "GET", "/v1/status", NULL, &r);
+	if (rc || a->val[O_JSON]) {
+		if (!rc)
+			print_json(r);
+		json_decref(r);
+		return rc;
+	}
+	char up[32];
+	fmt_seconds(json_number_value(json_object_get(r, "uptime_s")), up, sizeof(up));
+	printf("ringprofd %s on %s, pid %lld, up %s\n", jstr(r, "version"), jstr(r, "host"),
+	       (long long)jint(r, "pid"), up);
+	printf("rings in %s, sessions in %s\n\n", jstr(r, "state_dir"), jstr(r, "logdir"));
+
+	struct table t = { .align = "lrrrrrl", .ncols = 7 };
+	table_row(&t, "DEVICE", "FILL", "HORIZON", "EVENTS", "DROPPED", "PRODUCERS", "USED");
+	size_t i;
+	const json_t *ring;
+	json_array_foreach(json_object_get(r, "rings"), i, ring) {
+		char fill[16], hor[32], ev[24], dr[24], pr[16], used[32], budget[32], both[72];
+		snprintf(fill, sizeof(fill), "%.1f%%", json_number_value(json_object_get(ring, "fill")) * 100);
+		fmt_seconds(json_number_value(json_object_get(ring, "horizon_s")), hor, sizeof(hor));
+		snprintf(ev, sizeof(ev), "%lld", (long long)jint(ring, "events"));
+		snprintf(dr, sizeof(dr), "%lld", (long long)jint(ring, "dropped"));
+		snprintf(pr, sizeof(pr), "%lld", (long long)jint(ring, "producers"));
+		fmt_size((uint64_t)jint(ring, "bytes_used"), used, sizeof(used));
+		fmt_size((uint64_t)jint(ring, "budget_bytes"), budget, sizeof(budget));
+		snprintf(both, sizeof(both), "%s of %s", used, budget);
+		table_row(&t, jstr(ring, "device"), fill, hor, ev, dr, pr, both);
+	}
+	if (t.nrows > 1)
+		table_print(&t);
+	else
+		printf("no rings yet: they appear when a producer connects\n");
+	table_free(&t);
+
+	const json_t *open = json_object_get(r, "open_sessions");
+	printf("\nopen sessions:");
+	if (!json_array_size(open))
+		printf(" none");
+	json_array_foreach(open, i, ring)
+		printf(" %s", json_string_value(ring));
+	putchar('\n');
+	json_decref(r);
+	return EXIT_SUCCESS;
+}
+
+/* Prints a session answer (or its JSON) and frees it. */
+static int show_session(const struct args *a, json_t *s)
+{
+	int rc = a->val[O_JSON] ? print_json(s) : print_session(s);
+	json_decref(s);
+	return rc;
+}
+
+static int cmd_snapshot(const struct command *cmd, struct args *a)
+{
+	uint64_t ns;
+	int64_t end = 0;
+	struct rp_err err = { 0 };
+	int rc;
+	if (a->val[O_LAST] && (rc = check_duration(cmd, "--last", a->val[O_LAST], &ns)) >= 0)
+		return rc;
+	if (a->val[O_END] && rp_parse_time(a->val[O_END], &end, &err) < 0)
+		return bad_value(cmd, "--end", &err);
+	json_t *body = json_object(), *s = NULL;
+	if (a->val[O_LAST])
+		json_object_set_new(body, "last", json_string(a->val[O_LAST]));
+	if (a->val[O_END])
+		json_object_set_new(body, "end", json_integer(end));
+	if ((rc = add_naming(cmd, a, body)) >= 0) {
+		json_decref(body);
+		return rc;
+	}
+	if ((rc = call(a, "POST", "/v1/snapshot", body, &s)))
+		return rc;
+	return show_session(a, s);
+}
+
+static int cmd_start(const struct command *cmd, struct args *a)
+{
+	json_t *body = json_object(), *s = NULL;
+	int rc = add_naming(cmd, a, body);
+	if (rc >= 0) {
+		json_decref(body);
+		return rc;
+	}
+	if ((rc = call(a, "POST", "/v1/sessions", body, &s)))
+		return rc;
+	if (a->val[O_JSON])
+		print_json(s);
+	else
+		printf("%s\n", jstr(s, "id"));
+	json_decref(s);
+	return EXIT_SUCCESS;
+}
+
+/* "/v1/sessions/ID[suffix]" for an id that passes the name rule, so it
+ * cannot reshape the URL. */
+static int session_path(const struct command *cmd, const char *id, const char *suffix,
+			char *out, size_t len)
+{
+	struct rp_err err = { 0 };
+	if (rp_check_name(id, NAME_MAX_LEN, "session id", &err) < 0)
+		return bad_value(cmd, "ID", &err);
+	snprintf(out, len, "/v1/sessions/%s%s", id, suffix);
+	return -1;
+}
+
+static int cmd_stop(const struct command *cmd, struct args *a)
+{
+	char path[128];
+	int rc = session_path(cmd, a->pos[0], "/stop", path, sizeof(path));
+	if (rc >= 0)
+		return rc;
+	json_t *s = NULL;
+	if ((rc = call(a, "POST", path, NULL, &s)))
+		return rc;
+	return show_session(a, s);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmd_capture(const struct command *cmd, struct args *a)
+{
+	if (!a->val[O_DURATION])
+		return usage_error(cmd, "give --duration, e.g. --duration 10s");
+	uint64_t ns;
+	int rc = check_duration(cmd, "--duration", a->val[O_DURATION], &ns);
+	if (rc >= 0)
+		return rc;
+	json_t *body = json_pack("{s:s}", "duration", a->val[O_DURATION]), *s = NULL;
+	if ((rc = add_naming(cmd, a, body)) >= 0) {
+		json_decref(body);
+		return rc;
+	}
+	if ((rc = call(a, "POST", "/v1/sessions", body, &s)))
+		return rc;
+	char path[128], id[NAME_MAX_LEN + 1];
+	snprintf(id, sizeof(id), "%s", jstr(s, "id"));
+	json_decref(s);
+	if ((rc = session_path(cmd, id, "", path, sizeof(path))) >= 0)
+		return rc;
+	if (isatty(STDERR_FILENO)) {
+		char d[32];
+		rp_format_duration(ns, d, sizeof(d));
+		fprintf(stderr, "capturing %s into session %s ...\n", d, id);
+	}
+	uint64_t deadline = mono_ns() + ns + CAPTURE_GRACE_NS;
+	for (;;) {
+		s = NULL;
+		if ((rc = call(a, "GET", path, NULL, &s)))
+			return rc;
+		if (strcmp(jstr(s, "state"), "open"))
+			return show_session(a, s);
+		json_decref(s);
+		if (mono_ns() > deadline) {
+			fprintf(stderr, "ringprof: session %s is still open %llus after its %s ended: "
+				"the daemon may be stuck; stop it with 'ringprof stop %s'\n",
+				id, (unsigned long long)(CAPTURE_GRACE_NS / 1000000000ull),
+				a->val[O_DURATION], id);
+			return EXIT_FAILURE;
+		}
+		usleep(POLL_INTERVAL_MS * 1000);
+	}
+}
+
+static int cmd_sessions(const struct command *cmd, struct args *a)
+{
+	(void)cmd;
+	json_t *r = NULL;
+	int rc = call(a, "GET", "/v1/sessions", NULL, &r);
+	if (rc || a->val[O_JSON]) {
+		if (!rc)
+			print_json(r);
+		json_decref(r);
+		return rc;
+	}
+	const json_t *list = json_object_get(r, "sessions");
+	if (!json_array_size(list)) {
+		printf("no sessions yet: make one with 'ringprof snapshot'\n");
+		json_decref(r);
+		return EXIT_SUCCESS;
+	}
+	struct table t = { .align = "llllrrl", .ncols = 7 };
+	table_row(&t, "ID", "RUN", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
+	size_t i, k;
+	const json_t *s, *d;
+	json_array_foreach(list, i, s) {
+		const json_t *w = json_object_get(s, "covered");
+		if (!w || !window_len(w))
+			w = json_object_get(s, "requested");
+		char win[32], ev[24] = "-";
+		fmt_len(w ? window_len(w) : 0, win, sizeof(win));
+		if (json_object_get(s, "devices")) {
+			long long total = 0;
+			json_array_foreach(json_object_get(s, "devices"), k, d)
+				total += jint(d, "events");
+			snprintf(ev, sizeof(ev), "%lld", total);
+		}
+		table_row(&t, jstr(s, "id"), jstr(s, "run"), jstr(s, "kind"), jstr(s, "state"), win, ev,
+			  jstr(s, "path"));
+	}
+	table_print(&t);
+	table_free(&t);
+	json_decref(r);
+	return EXIT_SUCCESS;
+}
+
+/* SESSION is a session id (the daemon says where it is) or the path of a
+ * session directory, which works without a daemon. */
+static int cmd_summary(const struct command *cmd, struct args *a)
+{
+	const char *arg = a->pos[0];
+	char dir[4096];
+	struct stat st;
+	if (strchr(arg, '/') || (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))) {
+		snprintf(dir, sizeof(dir), "%s", arg);
+	} else {
+		char path[128];
+		int rc = session_path(cmd, arg, "", path, sizeof(path));
+		if (rc >= 0)
+			return rc;
+		json_t *s = NULL;
+		if ((rc = call(a, "GET", path, NULL, &s)))
+			return rc;
+		snprintf(dir, sizeof(dir), "%s", jstr(s, "path"));
+		json_decref(s);
+	}
+	struct rp_err err = { 0 };
+	if (rp_summary_write(dir, stdout, &err) < 0) {
+		fprintf(stderr, "ringprof: %s\n", err.msg);
+		return EXIT_FAILURE;
+	}
+	return EXIT_SUCCESS;
+}
+
+static const struct command commands[] = {
+	{ "status", "", "Show the rings and open sessions.\n\n", COMMON_OPTS, 0, cmd_status },
+	{ "snapshot", "[--last 30s] [--end TIME] [--name N] [--run R] [--reason TEXT]",
+	  "Save the recent past as a session on disk.\n\n"
+	  "  --last DURATION   how far back (500ms, 30s, 5m; default: the daemon's)\n"
+	  "  --end TIME        window end: RFC 3339 or Unix ns (default: now)\n"
+	  "  --name N          session id (default: from the time)\n"
+	  "  --run R           run directory the session goes into\n"
+	  "  --reason TEXT     why, kept with the session\n",
+	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END), 0, cmd_snapshot },
+	{ "start", "[--name N] [--run R] [--reason TEXT]",
+	  "Start a session now and print its id; end it with 'ringprof stop ID'.\n\n"
+	  "  --name N          session id (default: from the time)\n"
+	  "  --run R           run directory the session goes into\n"
+	  "  --reason TEXT     why, kept with the session\n",
+	  COMMON_OPTS | NAMING_OPTS, 0, cmd_start },
+	{ "stop", "ID", "Stop an open session and show what it holds.\n\n", COMMON_OPTS, 1, cmd_stop },
+	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT]",
+	  "Record from now for a while, wait until the session is complete, show it.\n\n"
+	  "  --duration D      how long (500ms, 30s, 5m)\n"
+	  "  --name N          session id (default: from the time)\n"
+	  "  --run R           run directory the session goes into\n"
+	  "  --reason TEXT     why, kept with the session\n",
+	  COMMON_OPTS | NAMING_OPTS | BIT(O_DURATION), 0, cmd_capture },
+	{ "sessions", "", "List the sessions, oldest first.\n\n", COMMON_OPTS, 0, cmd_sessions },
+	{ "summary", "SESSION",
+	  "Summarise a session: window, events per device, annotation ranges\n"
+	  "(count, mean, p50, p99, max), counters, instants and drops.\n"
+	  "SESSION is a session id or the path of a session directory.\n\n",
+	  COMMON_OPTS, 1, cmd_summary },
+};
+
+int main(int argc, char **argv)
+{
+	struct args a = { 0 };
+	int rc = get_options(NULL, COMMON_OPTS | BIT(O_VERSION), argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	if (optind == argc)
+		return usage_error(NULL, "no command given");
+	const struct command *cmd = NULL;
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[optind], commands[i].name))
+			cmd = &commands[i];
+	if (!cmd)
+		return usage_error(NULL, "unknown command '%s'", argv[optind]);
+	if ((rc = parse_args(cmd, argc - optind, argv + optind, &a)) >= 0)
+		return rc;
+
+	struct rp_err err = { 0 };
+	struct rp_client_opts co = { .socket_path = a.val[O_SOCKET], .client_name = "cli" };
+	if (rp_client_new(&co, &a.client, &err) < 0)
+		return daemon_error(&err);
+	rc = cmd->run(cmd, &a);
+	rp_client_free(a.client);
+	return rc;
+}

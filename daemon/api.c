@@ -1,0 +1,924 @@
+/* Control API server (api.h, docs/api.md).  libmicrohttpd runs one thread
+ * per connection, so the ops are called from those threads, concurrently. */
+#include "api.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "parse.h"
+
+#define MAX_CONNECTIONS 64
+#define IDLE_TIMEOUT_S 30
+/* How long rp_api_stop waits for requests in progress (a snapshot writes
+ * a session to disk) before closing their connections. */
+#define DRAIN_TIMEOUT_S 30
+
+enum op { OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS };
+
+struct rp_api;
+
+/* One MHD daemon; the TCP one demands the bearer token. */
+struct listener {
+	struct rp_api *api;
+	struct MHD_Daemon *mhd;
+	int fd;
+	bool need_token;
+};
+
+struct rp_api {
+	const struct rp_api_ops *ops;
+	void *ctx;
+	uint64_t max_duration_ns;
+	char *token;
+	struct listener unix_l, tcp_l;
+	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	dev_t sock_dev;   /* so stop removes our socket, not a successor's */
+	ino_t sock_ino;
+	pthread_mutex_t lock;
+	pthread_cond_t idle;
+	unsigned in_flight;  /* requests between their first byte and completion */
+};
+
+/* Per-request state, from the headers to the completion callback. */
+struct request {
+	enum op op;
+	char *id;
+	char *body;
+	size_t len;
+	bool too_big;
+};
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *text,
+				 const char *type, const char *header, const char *value)
+{
+	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
+								  MHD_RESPMEM_MUST_FREE);
+	if (!r) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+	if (header)
+		MHD_add_response_header(r, header, value);
+	enum MHD_Result ret = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return ret;
+}
+
+/* Takes the reference to j. */
+static enum MHD_Result send_json_with(struct MHD_Connection *c, unsigned status, json_t *j,
+				      const char *header, const char *value)
+{
+	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
+	json_decref(j);
+	size_t n = s ? strlen(s) : 0;
+	char *line = s ? realloc(s, n + 2) : NULL;
+	if (!line) {
+		free(s);
+		return MHD_NO;
+	}
+	memcpy(line + n, "\n", 2);
+	return send_text(c, status, line, "application/json", header, value);
+}
+
+/* Error messages can quote bytes from the URL, which need not be UTF-8;
+ * jansson accepts only UTF-8, so anything else becomes '?'. */
+static json_t *json_message(const char *msg)
+{
+	json_t *s = json_string(msg);
+	if (s)
+		return s;
+	char clean[sizeof(((struct rp_err *)0)->msg)];
+	size_t i;
+	for (i = 0; msg[i] && i + 1 < sizeof(clean); i++)
+		clean[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
+	clean[i] = '\0';
+	return json_string(clean);
+}
+
+static enum MHD_Result send_error_with(struct MHD_Connection *c, unsigned status, const char *msg,
+				       const char *header, const char *value)
+{
+	json_t *j = json_pack("{s:{s:i,s:o}}", "error", "status", (int)status,
+			      "message", json_message(msg));
+	return send_json_with(c, status, j, header, value);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *msg)
+{
+	return send_error_with(c, status, msg, NULL, NULL);
+}
+
+/* The status for an op's (or our own validation's) negative errno. */
+static unsigned status_for(int rc)
+{
+	switch (rc) {
+	case -EINVAL:
+		return MHD_HTTP_BAD_REQUEST;
+	case -ENOENT:
+		return MHD_HTTP_NOT_FOUND;
+	case -EEXIST:
+	case -EALREADY:
+		return MHD_HTTP_CONFLICT;
+	case -E2BIG:
+		return MHD_HTTP_CONTENT_TOO_LARGE;
+	case -ENOSPC:
+	case -EROFS:
+	case -EACCES:
+	case -EAGAIN:
+	case -ESHUTDOWN:
+		return MHD_HTTP_SERVICE_UNAVAILABLE;
+	default:
+		return MHD_HTTP_INTERNAL_SERVER_ERROR;
+	}
+}
+
+static enum MHD_Result send_failure(struct MHD_Connection *c, int rc, const struct rp_err *err)
+{
+	return send_error(c, status_for(rc), err->msg[0] ? err->msg : strerror(-rc));
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, int rc, json_t *out,
+			     const struct rp_err *err, unsigned ok_status)
+{
+	if (rc < 0) {
+		json_decref(out);
+		return send_failure(c, rc, err);
+	}
+	if (!out)
+		return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				  "the daemon produced no result: this is a bug in ringprofd, please report it");
+	return send_json_with(c, ok_status, out, NULL, NULL);
+}
+
+/* ---- request bodies ---- */
+
+static const char *type_name(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		return "an object";
+	case JSON_ARRAY:
+		return "an array";
+	case JSON_STRING:
+		return "a string";
+	case JSON_INTEGER:
+	case JSON_REAL:
+		return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE:
+		return "a boolean";
+	default:
+		return "null";
+	}
+}
+
+/* The body as an object whose keys are all in allowed (NULL-terminated).
+ * An empty body is an empty object: every field is optional. */
+static int parse_body(const struct request *rq, const char *resource, const char *const *allowed,
+		      json_t **obj, struct rp_err *err)
+{
+	if (rq->len == 0) {
+		*obj = json_object();
+		return *obj ? 0 : rp_err_set(err, -ENOMEM, "out of memory parsing the request");
+	}
+	json_error_t je;
+	json_t *j = json_loadb(rq->body, rq->len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+	if (!j)
+		return rp_err_set(err, -EINVAL,
+				  "malformed JSON in the request body at line %d, column %d: %s: send a JSON object such as {\"name\": \"warmup\"}",
+				  je.line, je.column, je.text);
+	if (!json_is_object(j)) {
+		rp_err_set(err, -EINVAL, "the request body is %s: send a JSON object such as {\"name\": \"warmup\"}",
+			   type_name(j));
+		json_decref(j);
+		return -EINVAL;
+	}
+	const char *key;
+	json_t *v;
+	json_object_foreach(j, key, v) {
+		size_t i = 0;
+		while (allowed[i] && strcmp(allowed[i], key))
+			i++;
+		if (allowed[i])
+			continue;
+		char list[256] = "";
+		for (i = 0; allowed[i]; i++)
+			snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+				 i ? ", " : "", allowed[i]);
+		if (allowed[0])
+			rp_err_set(err, -EINVAL, "unknown field '%s' for %s: the fields are %s",
+				   key, resource, list);
+		else
+			rp_err_set(err, -EINVAL, "unknown field '%s' for %s: it takes no fields",
+				   key, resource);
+		json_decref(j);
+		return -EINVAL;
+	}
+	*obj = j;
+	return 0;
+}
+
+/* 1 and the value of string field `field`, 0 when it is absent. */
+static int string_field(const json_t *obj, const char *field, const char **s, struct rp_err *err)
+{
+	json_t *v = json_object_get(obj, field);
+	if (!v)
+		return 0;
+	if (!json_is_string(v))
+		return rp_err_set(err, -EINVAL, "field '%s' must be a string, not %s", field, type_name(v));
+	*s = json_string_value(v);
+	return 1;
+}
+
+static int name_field(const json_t *obj, const char *field, const char *what,
+		      char out[RP_NAME_LEN], struct rp_err *err)
+{
+	const char *s = NULL;
+	int rc = string_field(obj, field, &s, err);
+	if (rc <= 0)
+		return rc;
+	rc = rp_check_name(s, RP_NAME_LEN - 1, what, err);
+	if (rc < 0)
+		return rc;
+	snprintf(out, RP_NAME_LEN, "%s", s);
+	return 0;
+}
+
+static int reason_field(const json_t *obj, char out[256], struct rp_err *err)
+{
+	const char *s = NULL;
+	int rc = string_field(obj, "reason", &s, err);
+	if (rc <= 0)
+		return rc;
+	size_t n = strlen(s);
+	if (n > 255)
+		return rp_err_set(err, -EINVAL, "field 'reason' is %zu bytes long: keep it to 255 bytes", n);
+	memcpy(out, s, n + 1);
+	return 0;
+}
+
+/* given: the value as the user wrote it, for the message. */
+static int over_max(const struct rp_api *api, const char *field, const char *given,
+		    struct rp_err *err)
+{
+	char max[32];
+	rp_format_duration(api->max_duration_ns, max, sizeof(max));
+	return rp_err_set(err, -EINVAL,
+			  "field '%s': %s is over the daemon's limit of %s: ask for at most %s (or raise [sessions] max_duration)",
+			  field, given, max, max);
+}
+
+/* A value a parser refused: a 400 whatever errno the parser chose. */
+static int refused(const char *field, struct rp_err *err)
+{
+	rp_err_prefix(err, "field '%s'", field);
+	err->code = -EINVAL;
+	return -EINVAL;
+}
+
+/* "30s" or a JSON number of seconds, positive and within the limit. */
+static int duration_field(const struct rp_api *api, const json_t *obj, const char *field,
+			  uint64_t *ns, struct rp_err *err)
+{
+	json_t *v = json_object_get(obj, field);
+	if (!v)
+		return 0;
+	char given[48];
+	if (json_is_string(v)) {
+		if (rp_parse_duration(json_string_value(v), ns, err) < 0)
+			return refused(field, err);
+		if (*ns <= api->max_duration_ns)
+			return 0;
+		snprintf(given, sizeof(given), "%.40s", json_string_value(v));
+		return over_max(api, field, given, err);
+	}
+	if (!json_is_number(v))
+		return rp_err_set(err, -EINVAL,
+				  "field '%s' must be a duration such as \"30s\" or a number of seconds, not %s",
+				  field, type_name(v));
+	double s = json_number_value(v);
+	if (!(s > 0))
+		return rp_err_set(err, -EINVAL,
+				  "field '%s': %g is %s: give a positive duration such as 30s",
+				  field, s, s == 0 ? "zero" : "negative");
+	/* Compare in double: a huge number does not fit in uint64 ns. */
+	if (s * 1e9 > (double)api->max_duration_ns) {
+		snprintf(given, sizeof(given), "%g s", s);
+		return over_max(api, field, given, err);
+	}
+	*ns = (uint64_t)(s * 1e9 + 0.5);
+	if (*ns == 0)
+		return rp_err_set(err, -EINVAL,
+				  "field '%s': duration %g s is shorter than 1ns: give a positive duration such as 30s",
+				  field, s);
+	return 0;
+}
+
+static int last_ns_field(const struct rp_api *api, const json_t *obj, uint64_t *ns,
+			 struct rp_err *err)
+{
+	json_t *v = json_object_get(obj, "last_ns");
+	if (!v)
+		return 0;
+	if (json_object_get(obj, "last"))
+		return rp_err_set(err, -EINVAL, "both 'last' and 'last_ns' given: give one of them");
+	if (!json_is_integer(v))
+		return rp_err_set(err, -EINVAL, "field 'last_ns' must be an integer number of nanoseconds, not %s",
+				  type_name(v));
+	json_int_t n = json_integer_value(v);
+	if (n <= 0)
+		return rp_err_set(err, -EINVAL,
+				  "field 'last_ns': duration %lld ns is %s: give a positive duration",
+				  (long long)n, n == 0 ? "zero" : "negative");
+	*ns = (uint64_t)n;
+	if (*ns <= api->max_duration_ns)
+		return 0;
+	char given[32];
+	snprintf(given, sizeof(given), "%lld ns", (long long)n);
+	return over_max(api, "last_ns", given, err);
+}
+
+static int64_t wall_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* RFC 3339 text or integer Unix ns, at most 1 s ahead of our clock. */
+static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_err *err)
+{
+	json_t *v = json_object_get(obj, "end");
+	if (!v)
+		return 0;
+	int64_t wall;
+	if (json_is_string(v)) {
+		if (rp_parse_time(json_string_value(v), &wall, err) < 0)
+			return refused("end", err);
+	} else if (json_is_integer(v)) {
+		wall = json_integer_value(v);
+	} else {
+		return rp_err_set(err, -EINVAL,
+				  "field 'end' must be an RFC 3339 time such as \"2026-11-22T14:03:07Z\" or integer Unix nanoseconds, not %s",
+				  type_name(v));
+	}
+	int64_t now = wall_now_ns();
+	if (wall > now + 1000000000) {
+		char end_s[48], now_s[48];
+		rp_format_time(wall, end_s, sizeof(end_s));
+		rp_format_time(now, now_s, sizeof(now_s));
+		return rp_err_set(err, -EINVAL,
+				  "field 'end': %s is in the future (the daemon's clock reads %s): a snapshot covers time that has passed",
+				  end_s, now_s);
+	}
+	req->has_end = true;
+	req->end_wall_ns = wall;
+	return 0;
+}
+
+/* Who asked, from X-Ringprof-Client, for the session's trigger record. */
+static void client_source(struct MHD_Connection *c, char out[32])
+{
+	static const char *const known[] = { "cli", "library", "python", "alertmanager", "rule" };
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Ringprof-Client");
+	snprintf(out, 32, "api");
+	for (size_t i = 0; h && i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(h, known[i]))
+			snprintf(out, 32, "%s", known[i]);
+}
+
+static int parse_snapshot(const struct rp_api *api, const struct request *rq,
+			  struct rp_snapshot_req *req, struct rp_err *err)
+{
+	static const char *const fields[] = { "last", "last_ns", "end", "name", "run", "reason", NULL };
+	json_t *obj;
+	int rc = parse_body(rq, "POST /v1/snapshot", fields, &obj, err);
+	if (rc < 0)
+		return rc;
+	rc = duration_field(api, obj, "last", &req->last_ns, err);
+	if (rc == 0)
+		rc = last_ns_field(api, obj, &req->last_ns, err);
+	if (rc == 0)
+		rc = end_field(obj, req, err);
+	if (rc == 0)
+		rc = name_field(obj, "name", "session name", req->name, err);
+	if (rc == 0)
+		rc = name_field(obj, "run", "run name", req->run, err);
+	if (rc == 0)
+		rc = reason_field(obj, req->reason, err);
+	json_decref(obj);
+	return rc;
+}
+
+static int parse_session(const struct rp_api *api, const struct request *rq,
+			 struct rp_session_req *req, struct rp_err *err)
+{
+	static const char *const fields[] = { "name", "run", "reason", "duration", NULL };
+	json_t *obj;
+	int rc = parse_body(rq, "POST /v1/sessions", fields, &obj, err);
+	if (rc < 0)
+		return rc;
+	rc = duration_field(api, obj, "duration", &req->duration_ns, err);
+	if (rc == 0)
+		rc = name_field(obj, "name", "session name", req->name, err);
+	if (rc == 0)
+		rc = name_field(obj, "run", "run name", req->run, err);
+	if (rc == 0)
+		rc = reason_field(obj, req->reason, err);
+	json_decref(obj);
+	return rc;
+}
+
+/* ---- routing ---- */
+
+/* The ops a path offers for GET and POST (OP_NONE: method not allowed),
+ * and the session id in it.  False for an unknown path. */
+struct resource {
+	enum op get, post;
+	const char *id;
+	size_t id_len;
+};
+
+static bool resolve(const char *url, struct resource *r)
+{
+	static const char sessions[] = "/v1/sessions/";
+	*r = (struct resource){ .get = OP_NONE, .post = OP_NONE };
+	if (!strcmp(url, "/v1/status")) {
+		r->get = OP_STATUS;
+	} else if (!strcmp(url, "/v1/snapshot")) {
+		r->post = OP_SNAPSHOT;
+	} else if (!strcmp(url, "/v1/sessions")) {
+		r->get = OP_LIST;
+		r->post = OP_START;
+	} else if (!strcmp(url, "/metrics")) {
+		r->get = OP_METRICS;
+	} else if (!strncmp(url, sessions, sizeof(sessions) - 1)) {
+		r->id = url + sizeof(sessions) - 1;
+		const char *slash = strchr(r->id, '/');
+		r->id_len = slash ? (size_t)(slash - r->id) : strlen(r->id);
+		if (r->id_len == 0)
+			return false;
+		if (!slash)
+			r->get = OP_GET;
+		else if (!strcmp(slash, "/stop"))
+			r->post = OP_STOP;
+		else
+			return false;
+	} else {
+		return false;
+	}
+	return true;
+}
+
+/* Same time whatever the bytes, so the token cannot be guessed piecewise. */
+static bool same_secret(const char *got, const char *want)
+{
+	size_t gl = strlen(got), wl = strlen(want);
+	unsigned char diff = gl != wl;
+	for (size_t i = 0; i < wl; i++)
+		diff |= (unsigned char)want[i] ^ (unsigned char)(i < gl ? got[i] : 0);
+	return diff == 0;
+}
+
+static enum MHD_Result check_token(const struct rp_api *api, struct MHD_Connection *c, bool *ok)
+{
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	*ok = false;
+	if (h && !strncasecmp(h, "Bearer ", 7)) {
+		h += 7;
+		while (*h == ' ')
+			h++;
+		*ok = same_secret(h, api->token);
+	}
+	if (*ok)
+		return MHD_YES;
+	return send_error_with(c, MHD_HTTP_UNAUTHORIZED,
+			       h ? "wrong bearer token: send the token from ringprofd's [api] token_file as 'Authorization: Bearer <token>'"
+				 : "no bearer token: over TCP send 'Authorization: Bearer <token>' with the token from ringprofd's [api] token_file",
+			       MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"ringprofd\"");
+}
+
+/* First call for a request: headers only.  Answers at once what needs no
+ * body (bad token, unknown path, wrong method, declared body too big). */
+static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const char *url,
+			     const char *method, struct request *rq, bool *answered)
+{
+	*answered = true;
+	if (l->need_token) {
+		bool ok;
+		enum MHD_Result ret = check_token(l->api, c, &ok);
+		if (!ok)
+			return ret;
+	}
+	struct resource r;
+	struct rp_err e;
+	if (!resolve(url, &r)) {
+		rp_err_set(&e, -ENOENT,
+			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop and /metrics",
+			   url);
+		return send_error(c, MHD_HTTP_NOT_FOUND, e.msg);
+	}
+	if (!strcmp(method, MHD_HTTP_METHOD_GET))
+		rq->op = r.get;
+	else if (!strcmp(method, MHD_HTTP_METHOD_POST))
+		rq->op = r.post;
+	else
+		rq->op = OP_NONE;
+	if (rq->op == OP_NONE) {
+		const char *allow = r.get == OP_NONE ? "POST" : r.post == OP_NONE ? "GET" : "GET, POST";
+		rp_err_set(&e, -EINVAL, "%.16s is not allowed on %.200s: use %s", method, url, allow);
+		return send_error_with(c, MHD_HTTP_METHOD_NOT_ALLOWED, e.msg, MHD_HTTP_HEADER_ALLOW, allow);
+	}
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (cl && strtoull(cl, NULL, 10) > RP_API_BODY_MAX) {
+		rp_err_set(&e, -E2BIG, "the request body is %.20s bytes, over the limit of %d bytes (64 KiB)",
+			   cl, RP_API_BODY_MAX);
+		return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, e.msg);
+	}
+	if (r.id && !(rq->id = strndup(r.id, r.id_len)))
+		return MHD_NO;
+	*answered = false;
+	return MHD_YES;
+}
+
+/* Collects the body, dropping it once over the limit (the answer is 413). */
+static enum MHD_Result add_body(struct request *rq, const char *data, size_t n)
+{
+	if (rq->too_big || rq->len + n > RP_API_BODY_MAX) {
+		rq->too_big = true;
+		return MHD_YES;
+	}
+	char *b = realloc(rq->body, rq->len + n);
+	if (!b)
+		return MHD_NO;
+	memcpy(b + rq->len, data, n);
+	rq->body = b;
+	rq->len += n;
+	return MHD_YES;
+}
+
+static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, struct request *rq)
+{
+	const struct rp_api_ops *ops = api->ops;
+	struct rp_err err = { 0 };
+	json_t *out = NULL;
+	int rc;
+
+	switch (rq->op) {
+	case OP_STATUS:
+		rc = ops->status(api->ctx, &out, &err);
+		return reply(c, rc, out, &err, MHD_HTTP_OK);
+	case OP_LIST:
+		rc = ops->session_list(api->ctx, &out, &err);
+		return reply(c, rc, out, &err, MHD_HTTP_OK);
+	case OP_GET:
+		rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
+		if (rc == 0)
+			rc = ops->session_get(api->ctx, rq->id, &out, &err);
+		return reply(c, rc, out, &err, MHD_HTTP_OK);
+	case OP_STOP: {
+		static const char *const none[] = { NULL };
+		json_t *body = NULL;
+		rc = parse_body(rq, "POST /v1/sessions/ID/stop", none, &body, &err);
+		json_decref(body);
+		if (rc == 0)
+			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
+		if (rc == 0)
+			rc = ops->session_stop(api->ctx, rq->id, &out, &err);
+		return reply(c, rc, out, &err, MHD_HTTP_OK);
+	}
+	case OP_SNAPSHOT: {
+		struct rp_snapshot_req req = { 0 };
+		client_source(c, req.source);
+		rc = parse_snapshot(api, rq, &req, &err);
+		if (rc == 0)
+			rc = ops->snapshot(api->ctx, &req, &out, &err);
+		return reply(c, rc, out, &err, MHD_HTTP_CREATED);
+	}
+	case OP_START: {
+		struct rp_session_req req = { 0 };
+		client_source(c, req.source);
+		rc = parse_session(api, rq, &req, &err);
+		if (rc == 0)
+			rc = ops->session_start(api->ctx, &req, &out, &err);
+		return reply(c, rc, out, &err, MHD_HTTP_CREATED);
+	}
+	case OP_METRICS: {
+		char *text = NULL;
+		rc = ops->metrics(api->ctx, &text, &err);
+		if (rc < 0) {
+			free(text);
+			return send_failure(c, rc, &err);
+		}
+		if (!text)
+			return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+					  "the daemon produced no metrics: this is a bug in ringprofd, please report it");
+		return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+	}
+	case OP_NONE:
+		break;
+	}
+	return MHD_NO;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+			      const char *method, const char *version, const char *upload,
+			      size_t *upload_size, void **con_cls)
+{
+	(void)version;
+	struct listener *l = cls;
+	struct request *rq = *con_cls;
+	if (!rq) {
+		if (!(rq = calloc(1, sizeof(*rq))))
+			return MHD_NO;
+		*con_cls = rq;
+		pthread_mutex_lock(&l->api->lock);
+		l->api->in_flight++;
+		pthread_mutex_unlock(&l->api->lock);
+		bool answered;
+		enum MHD_Result ret = begin(l, c, url, method, rq, &answered);
+		if (answered)
+			rq->op = OP_NONE;
+		return ret;
+	}
+	if (rq->op == OP_NONE)  /* answered already; MHD drops the rest */
+		return MHD_YES;
+	if (*upload_size) {
+		size_t n = *upload_size;
+		*upload_size = 0;
+		return add_body(rq, upload, n);
+	}
+	if (rq->too_big) {
+		struct rp_err e;
+		rp_err_set(&e, -E2BIG, "the request body is over the limit of %d bytes (64 KiB)",
+			   RP_API_BODY_MAX);
+		return send_failure(c, e.code, &e);
+	}
+	return dispatch(l->api, c, rq);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+		      enum MHD_RequestTerminationCode why)
+{
+	(void)c;
+	(void)why;
+	struct listener *l = cls;
+	struct request *rq = *con_cls;
+	if (!rq)
+		return;
+	free(rq->id);
+	free(rq->body);
+	free(rq);
+	*con_cls = NULL;
+	pthread_mutex_lock(&l->api->lock);
+	if (--l->api->in_flight == 0)
+		pthread_cond_broadcast(&l->api->idle);
+	pthread_mutex_unlock(&l->api->lock);
+}
+
+/* ---- sockets ---- */
+
+/* A socket file nobody answers on is left over from a crash: remove it.
+ * A live one means another daemon: refuse rather than steal its clients. */
+static int clear_stale(const struct sockaddr_un *sa, struct rp_err *err)
+{
+	const char *path = sa->sun_path;
+	struct stat st;
+	if (lstat(path, &st) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return rp_err_set(err, -errno, "cannot check %s: %s", path, strerror(errno));
+	}
+	if (!S_ISSOCK(st.st_mode))
+		return rp_err_set(err, -EEXIST, "%s exists and is not a socket: remove it or set another socket path",
+				  path);
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (probe < 0)
+		return rp_err_set(err, -errno, "cannot create a socket: %s", strerror(errno));
+	int rc = connect(probe, (const struct sockaddr *)sa, sizeof(*sa));
+	int e = errno;
+	close(probe);
+	if (rc == 0 || e == EAGAIN)
+		return rp_err_set(err, -EADDRINUSE,
+				  "another ringprofd is already listening on %s: stop it first, or give this one another socket path",
+				  path);
+	if (e != ECONNREFUSED)
+		return rp_err_set(err, -e, "cannot check whether %s is in use: %s", path, strerror(e));
+	if (unlink(path) < 0 && errno != ENOENT)
+		return rp_err_set(err, -errno, "cannot remove the stale socket %s: %s: remove it by hand",
+				  path, strerror(errno));
+	return 0;
+}
+
+static int unix_listen(struct rp_api *api, const char *path, struct rp_err *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return rp_err_set(err, -ENAMETOOLONG,
+				  "socket path %s is %zu bytes, over the %zu a Unix socket allows: choose a shorter path",
+				  path, strlen(path), sizeof(sa.sun_path) - 1);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int rc = clear_stale(&sa, err);
+	if (rc < 0)
+		return rc;
+	/* The runtime directory (/run/ringprof, $XDG_RUNTIME_DIR/ringprof) may
+	 * not exist yet after a reboot. */
+	char dir[sizeof(sa.sun_path)];
+	memcpy(dir, sa.sun_path, sizeof(dir));
+	if (mkdir(dirname(dir), 0755) < 0 && errno != EEXIST)
+		return rp_err_set(err, -errno, "cannot create the directory for socket %s: %s", path,
+				  strerror(errno));
+
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return rp_err_set(err, -errno, "cannot create a socket: %s", strerror(errno));
+	/* 0660 lets the ringprof group in.  bind gives the file the socket
+	 * inode's mode (fchmod sets it; Linux) less the umask, which may drop
+	 * the group's write bit that chmod then restores: the file is never
+	 * more open than 0660.  Setting umask instead would race with the
+	 * daemon's other threads, which create files meanwhile. */
+	rc = fchmod(fd, 0660);
+	if (rc == 0)
+		rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int e = errno;
+	if (rc < 0) {
+		close(fd);
+		if (e == EADDRINUSE)
+			return rp_err_set(err, -EADDRINUSE,
+					  "another ringprofd is already listening on %s: stop it first, or give this one another socket path",
+					  path);
+		return rp_err_set(err, -e, "cannot create socket %s: %s: check that its directory is writable",
+				  path, strerror(e));
+	}
+	struct stat st;
+	if (chmod(path, 0660) < 0 || listen(fd, 64) < 0 || stat(path, &st) < 0) {
+		e = errno;
+		close(fd);
+		unlink(path);
+		return rp_err_set(err, -e, "cannot listen on %s: %s", path, strerror(e));
+	}
+	api->sock_dev = st.st_dev;
+	api->sock_ino = st.st_ino;
+	snprintf(api->socket_path, sizeof(api->socket_path), "%s", path);
+	api->unix_l.fd = fd;
+	return 0;
+}
+
+/* "host:port" or "[v6addr]:port". */
+static int tcp_listen(struct rp_api *api, const char *spec, struct rp_err *err)
+{
+	const char *colon = strrchr(spec, ':');
+	if (!colon || colon == spec || !colon[1])
+		return rp_err_set(err, -EINVAL,
+				  "tcp_listen '%s' is not host:port: write it like 127.0.0.1:9464 or [::1]:9464 (0.0.0.0:9464 for every interface)",
+				  spec);
+	char host[256];
+	size_t hl = (size_t)(colon - spec);
+	if (spec[0] == '[' && colon[-1] == ']') {
+		spec++;
+		hl -= 2;
+	}
+	if (hl == 0 || hl >= sizeof(host))
+		return rp_err_set(err, -EINVAL, "tcp_listen '%s' has no usable host: write it like 127.0.0.1:9464",
+				  spec);
+	memcpy(host, spec, hl);
+	host[hl] = '\0';
+
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM }, *res;
+	int g = getaddrinfo(host, colon + 1, &hints, &res);
+	if (g)
+		return rp_err_set(err, -EINVAL, "tcp_listen '%s': %s: write it like 127.0.0.1:9464", spec,
+				  gai_strerror(g));
+	int e = 0, fd = -1;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		int on = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+			e = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		return rp_err_set(err, -e, "cannot listen on tcp_listen %s: %s%s", spec, strerror(e),
+				  e == EADDRINUSE ? ": choose another port" : "");
+	api->tcp_l.fd = fd;
+	return 0;
+}
+
+static int start_mhd(struct listener *l, struct rp_err *err)
+{
+	l->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+				  MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+				  0, NULL, NULL, handle, l,
+				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
+				  MHD_OPTION_NOTIFY_COMPLETED, completed, l,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
+				  MHD_OPTION_END);
+	if (!l->mhd)
+		return rp_err_set(err, -EIO, "cannot start the HTTP server (libmicrohttpd): see the messages above");
+	return 0;
+}
+
+/* Stop accepting; the listening socket is then ours to close (else MHD's). */
+static void quiesce(struct listener *l)
+{
+	if (l->mhd && MHD_quiesce_daemon(l->mhd) == MHD_INVALID_SOCKET)
+		l->fd = -1;
+}
+
+static void shut(struct listener *l)
+{
+	if (l->mhd)
+		MHD_stop_daemon(l->mhd);
+	if (l->fd >= 0)
+		close(l->fd);
+}
+
+int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops, void *ctx,
+		 struct rp_api **out, struct rp_err *err)
+{
+	if (opts->tcp_listen && (!opts->token || !opts->token[0]))
+		return rp_err_set(err, -EINVAL,
+				  "tcp_listen %s needs a bearer token: set [api] token_file to a file holding one",
+				  opts->tcp_listen);
+	struct rp_api *api = calloc(1, sizeof(*api));
+	if (!api)
+		return rp_err_set(err, -ENOMEM, "out of memory starting the API");
+	api->ops = ops;
+	api->ctx = ctx;
+	api->max_duration_ns = opts->max_duration_ns;
+	api->unix_l = (struct listener){ .api = api, .fd = -1 };
+	api->tcp_l = (struct listener){ .api = api, .fd = -1, .need_token = true };
+	pthread_mutex_init(&api->lock, NULL);
+	pthread_cond_init(&api->idle, NULL);
+
+	int rc = unix_listen(api, opts->socket_path, err);
+	if (rc == 0 && opts->tcp_listen) {
+		if (!(api->token = strdup(opts->token)))
+			rc = rp_err_set(err, -ENOMEM, "out of memory starting the API");
+		if (rc == 0)
+			rc = tcp_listen(api, opts->tcp_listen, err);
+	}
+	if (rc == 0)
+		rc = start_mhd(&api->unix_l, err);
+	if (rc == 0 && api->tcp_l.fd >= 0)
+		rc = start_mhd(&api->tcp_l, err);
+	if (rc < 0) {
+		rp_api_stop(api);
+		return rc;
+	}
+	*out = api;
+	return 0;
+}
+
+void rp_api_stop(struct rp_api *api)
+{
+	if (!api)
+		return;
+	quiesce(&api->unix_l);
+	quiesce(&api->tcp_l);
+	/* New clients now get "no such socket"; remove it only if it is still
+	 * ours, not one a newer daemon put there. */
+	struct stat st;
+	if (api->socket_path[0] && lstat(api->socket_path, &st) == 0 &&
+	    st.st_dev == api->sock_dev && st.st_ino == api->sock_ino)
+		unlink(api->socket_path);
+
+	struct timespec deadline;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += DRAIN_TIMEOUT_S;
+	pthread_mutex_lock(&api->lock);
+	while (api->in_flight && pthread_cond_timedwait(&api->idle, &api->lock, &deadline) == 0)
+		;
+	pthread_mutex_unlock(&api->lock);
+
+	shut(&api->tcp_l);
+	shut(&api->unix_l);
+	pthread_cond_destroy(&api->idle);
+	pthread_mutex_destroy(&api->lock);
+	free(api->token);
+	free(api);
+}

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The ringprof CLI against fake_daemon (the real API with in-memory ops):
+# output, exit codes (0 ok, 1 daemon error, 2 usage), --json, capture.
+# Usage: test_cli.sh RINGPROF FAKE_DAEMON
+set -uo pipefail
+ringprof=$1
+fake=$2
+tmp=$(mktemp -d /tmp/rp-cli-XXXXXX)
+sock=$tmp/ringprofd.sock
+"$fake" "$sock" 2>"$tmp/daemon.err" &
+daemon=$!
+trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$tmp"' EXIT
+for _ in $(seq 100); do [[ -S $sock ]] && break; sleep 0.05; done
+[[ -S $sock ]] || { echo "fake daemon did not start: $(cat "$tmp/daemon.err")"; exit 1; }
+export RINGPROF_SOCKET=$sock
+
+failures=0
+out= err= rc=
+run() { # args...: runs ringprof, keeps stdout, stderr and status
+  "$ringprof" "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  out=$(cat "$tmp/out")
+  err=$(cat "$tmp/err")
+}
+fail() {
+  echo "FAIL: $*"
+  echo "  stdout: $out"
+  echo "  stderr: $err"
+  failures=$((failures + 1))
+}
+expect_rc() { # status, description
+  [[ $rc == "$1" ]] || fail "$2: exit $rc, expected $1"
+}
+expect_out() { # text, description
+  grep -qF -- "$1" <<<"$out" || fail "$2: stdout lacks '$1'"
+}
+expect_no_out() {
+  ! grep -qF -- "$1" <<<"$out" || fail "$2: stdout has '$1'"
+}
+expect_err() {
+  grep -qF -- "$1" <<<"$err" || fail "$2: stderr lacks '$1'"
+}
+is_json() { # key the object must have
+  python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if sys.argv[1] in d else 1)' "$1" <<<"$out" ||
+    fail "--json: not a JSON object with '$1'"
+}
+
+# status
+run status
+expect_rc 0 status
+expect_out "ringprofd 0.1.0 on fakehost" status
+expect_out "DEVICE  FILL  HORIZON" status
+expect_out "7.8%" status
+expect_out "41s" status
+expect_out "512.0 KiB of 256.0 MiB" status
+expect_out "open sessions: none" status
+run --json status
+expect_rc 0 "--json status"
+is_json rings
+run status --json
+is_json version
+
+# snapshot: the window covered vs requested, per-device counts
+run snapshot --last 10s --run short --name s1 --reason "slow step"
+expect_rc 0 snapshot
+expect_out "s1 (snapshot, complete)" snapshot
+expect_out "/tmp/fake-sessions/short/plugins/profile/s1" snapshot
+grep -qE '^requested +10s ' <<<"$out" || fail "snapshot: no requested 10s line"
+grep -qE '^covered +5s ' <<<"$out" || fail "snapshot: no covered 5s line"
+expect_out "note: only 5s of the 10s requested" snapshot
+grep -qE '^gpu0 +34 +1 +2 +2.1 KiB$' <<<"$out" || fail "snapshot: gpu0 row"
+run snapshot --last 2s
+expect_rc 0 "full snapshot"
+expect_no_out "note:" "full snapshot"
+run snapshot --end 2020-01-02T03:04:05Z --last 1s --json
+expect_rc 0 "snapshot --end"
+is_json requested
+python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["requested"]["end_wall_ns"] != 1577934245000000000)' <<<"$out" ||
+  fail "snapshot --end: window does not end at the time given"
+
+# daemon errors: exit 1 and its message
+run snapshot --name busy
+expect_rc 1 "snapshot busy"
+expect_err "ringprof: the log directory /tmp/fake-sessions is full" "snapshot busy"
+run snapshot --last 2h
+expect_rc 1 "snapshot over the limit"
+expect_err "limit of 1h" "snapshot over the limit"
+run --socket "$tmp/none.sock" status
+expect_rc 1 "missing socket"
+expect_err "no such socket: is the daemon running?" "missing socket"
+
+# usage errors: exit 2 naming the problem, with usage
+run snapshot --last -5s
+expect_rc 2 "negative --last"
+expect_err "--last: '-5s' is negative" "negative --last"
+run snapshot --last 30
+expect_rc 2 "--last without unit"
+expect_err "add a unit" "--last without unit"
+run snapshot --lst 3s
+expect_rc 2 "unknown option"
+expect_err "unknown option '--lst'" "unknown option"
+expect_err "usage: ringprof snapshot" "unknown option"
+run start --last 3s
+expect_rc 2 "option of another command"
+expect_err "unknown option '--last'" "option of another command"
+run bogus
+expect_rc 2 "unknown command"
+expect_err "unknown command 'bogus'" "unknown command"
+expect_err "usage:" "unknown command"
+run --bogus status
+expect_rc 2 "unknown global option"
+expect_err "unknown option '--bogus'" "unknown global option"
+run
+expect_rc 2 "no command"
+run stop
+expect_rc 2 "stop without id"
+run stop ../x
+expect_rc 2 "stop ../x"
+expect_err "'/' is not allowed" "stop ../x"
+run snapshot --name 'a b'
+expect_rc 2 "bad name"
+expect_err "session name" "bad name"
+run capture
+expect_rc 2 "capture without duration"
+expect_err "--duration" "capture without duration"
+run capture --duration 0s
+expect_rc 2 "capture 0s"
+expect_err "zero" "capture 0s"
+
+# help and version
+run --help
+expect_rc 0 "--help"
+expect_out "usage: ringprof" "--help"
+expect_out "capture" "--help"
+run snapshot -h
+expect_rc 0 "snapshot -h"
+expect_out "--last DURATION" "snapshot -h"
+run --version
+expect_rc 0 "--version"
+expect_out "ringprof 0.1.0" "--version"
+
+# start / sessions / stop
+run start --name open1 --run exp
+expect_rc 0 start
+[[ $out == open1 ]] || fail "start: prints '$out', expected the id alone"
+run status
+expect_out "open sessions: open1" "status with a session"
+run sessions
+expect_rc 0 sessions
+grep -qE '^ID +RUN +KIND +STATE +WINDOW +EVENTS +PATH$' <<<"$out" || fail "sessions: header"
+grep -qE '^open1 +exp +session +open +- +- +/tmp/fake-sessions/exp/plugins/profile/open1$' <<<"$out" ||
+  fail "sessions: open1 row"
+grep -qE '^s1 +short +snapshot +complete +5s +1234 ' <<<"$out" || fail "sessions: s1 row"
+run stop open1
+expect_rc 0 stop
+expect_out "open1 (session, complete)" stop
+run stop open1
+expect_rc 1 "stop twice"
+expect_err "already complete" "stop twice"
+run stop nosuch
+expect_rc 1 "stop unknown"
+expect_err "no session 'nosuch'" "stop unknown"
+run --json sessions
+is_json sessions
+
+# capture waits until the daemon completes the session
+start=$(date +%s%N)
+run capture --duration 400ms --name cap1
+elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+expect_rc 0 capture
+expect_out "cap1 (capture, complete)" capture
+grep -qE '^requested +400ms ' <<<"$out" || fail "capture: requested 400ms"
+((elapsed_ms >= 400)) || fail "capture returned after ${elapsed_ms}ms, before the 400ms were over"
+run --json capture --duration 100ms
+expect_rc 0 "--json capture"
+python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["state"] != "complete")' <<<"$out" ||
+  fail "--json capture: not complete"
+
+# A clean shutdown (under ASan this also checks the API for leaks).
+kill -TERM $daemon
+wait $daemon
+daemon_rc=$?
+((daemon_rc == 0)) || { echo "FAIL: fake daemon exited $daemon_rc: $(cat "$tmp/daemon.err")"; failures=$((failures + 1)); }
+[[ ! -e $sock ]] || { echo "FAIL: the socket outlived the daemon"; failures=$((failures + 1)); }
+
+if ((failures)); then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all CLI checks passed"
