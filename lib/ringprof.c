@@ -1,0 +1,316 @@
+/* libringprof (ringprof.h).
+ *
+ * Each thread owns one producer ring, asked from the daemon with a hello
+ * on its first annotation.  Without a daemon the thread stays
+ * disconnected and retries at most once a second, judged by the vDSO
+ * coarse clock, so annotations then cost a clock read and a compare.
+ *
+ * A dead daemon stops draining, and nothing else tells the producer: the
+ * thread checks the consumer heartbeat in the ring header every
+ * CHECK_EVERY events and whenever the ring is full, and a beat older than
+ * STALE_NS drops the ring, so the thread reconnects to the next daemon. */
+#include "ringprof/ringprof.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "clock.h"
+#include "hello.h"
+#include "parse.h"
+#include "paths.h"
+#include "shmring.h"
+
+#define CHECK_EVERY 4096u
+#define STALE_NS (2 * 1000000000ull)
+#define RETRY_NS 1000000000ull
+/* A daemon that times out the hello is hung: back off up to this, so a
+ * thread does not sit in the hello's 1 s timeout every other second. */
+#define RETRY_MAX_NS (64 * RETRY_NS)
+
+struct thread_state {
+	struct rp_shmring *ring;     /* NULL: disconnected */
+	uint64_t retry_at_ns;        /* CLOCK_MONOTONIC_COARSE */
+	uint64_t hung_wait_ns;       /* after the next hello timeout; 0: RETRY_NS */
+	uint64_t dropped_before;     /* by the rings this thread had before */
+	uint32_t until_check;        /* events until the heartbeat check */
+	char name[RP_HELLO_THREAD_LEN]; /* ringprof_thread_name; "": comm */
+};
+
+static __thread struct thread_state self;
+static __thread char last_error[sizeof(((struct rp_err *)0)->msg)];
+
+/* Closes an exiting thread's ring, so short-lived threads do not leak
+ * their rings. */
+static pthread_key_t exit_key;
+
+static uint64_t coarse_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void disconnect(struct thread_state *t)
+{
+	t->dropped_before += rp_shmring_dropped(t->ring);
+	rp_shmring_close(t->ring);
+	t->ring = NULL;
+	pthread_setspecific(exit_key, NULL);
+}
+
+static void on_thread_exit(void *ring)
+{
+	if (ring == self.ring)
+		disconnect(&self);
+}
+
+/* The child of fork() must not write into its parent's single-producer
+ * ring: it gets a ring of its own on its next annotation.  The old
+ * mapping is leaked, not unmapped: fork() may come from a signal handler
+ * that interrupted an annotation of this very thread. */
+static void after_fork_child(void)
+{
+	char name[sizeof(self.name)];
+	memcpy(name, self.name, sizeof(name));
+	self = (struct thread_state){ 0 };
+	memcpy(self.name, name, sizeof(name));
+	pthread_setspecific(exit_key, NULL);
+}
+
+__attribute__((constructor)) static void init(void)
+{
+	pthread_key_create(&exit_key, on_thread_exit);
+	pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+__attribute__((noinline, cold)) static struct rp_shmring *
+connect_ring(struct thread_state *t)
+{
+	char sock[PATH_MAX], producers[PATH_MAX];
+	struct rp_hello h = {
+		.pid = (uint32_t)getpid(),
+		.tid = (uint32_t)gettid(),
+		.device = "host",
+	};
+	if (t->name[0])
+		memcpy(h.thread_name, t->name, sizeof(h.thread_name));
+	else
+		prctl(PR_GET_NAME, h.thread_name);
+
+	struct rp_err err = { 0 };
+	struct rp_shmring *ring = NULL;
+	int fd = -1;
+	int rc = -ENAMETOOLONG;
+	if (rp_default_socket_path(sock, sizeof(sock)) &&
+	    rp_producer_socket_path(sock, producers, sizeof(producers)))
+		rc = rp_hello_request(producers, &h, &fd, &err);
+	if (rc == 0) {
+		rc = rp_shmring_map(fd, &ring, &err);
+		close(fd);
+	}
+	uint64_t wait = RETRY_NS;
+	if (rc == -EAGAIN) {
+		wait = t->hung_wait_ns ? t->hung_wait_ns : RETRY_NS;
+		t->hung_wait_ns = wait < RETRY_MAX_NS ? 2 * wait : RETRY_MAX_NS;
+	} else {
+		t->hung_wait_ns = 0;
+	}
+	if (rc < 0) {
+		/* From now, not from before the attempt, which may have spent
+		 * the hello's whole timeout. */
+		t->retry_at_ns = coarse_now_ns() + wait;
+		return NULL;
+	}
+	t->ring = ring;
+	t->until_check = CHECK_EVERY;
+	pthread_setspecific(exit_key, ring);
+	return ring;
+}
+
+static inline struct rp_shmring *connect_if_due(struct thread_state *t)
+{
+	if (__builtin_expect(coarse_now_ns() < t->retry_at_ns, 1))
+		return NULL;
+	return connect_ring(t);
+}
+
+/* Whether the daemon still drains t's ring; if not, goes disconnected
+ * and tries the next daemon at once. */
+__attribute__((noinline, cold)) static struct rp_shmring *
+check_beat(struct thread_state *t)
+{
+	t->until_check = CHECK_EVERY;
+	uint64_t beat = rp_shmring_consumer_beat_ns(t->ring);
+	if ((int64_t)(rp_clock_now_ns() - beat) <= (int64_t)STALE_NS)
+		return t->ring;
+	disconnect(t);
+	t->retry_at_ns = 0;
+	return connect_if_due(t);
+}
+
+/* The ring an event goes to, or NULL to drop it silently. */
+static inline struct rp_shmring *ring_for_event(struct thread_state *t)
+{
+	if (__builtin_expect(t->ring == NULL, 0))
+		return connect_if_due(t);
+	if (__builtin_expect(--t->until_check == 0, 0))
+		return check_beat(t);
+	return t->ring;
+}
+
+/* A full ring is either a burst or a daemon that stopped draining. */
+static inline void written(struct thread_state *t, bool ok)
+{
+	if (__builtin_expect(!ok, 0))
+		check_beat(t);
+}
+
+void ringprof_range_begin(const char *name)
+{
+	struct thread_state *t = &self;
+	struct rp_shmring *r = ring_for_event(t);
+	if (r)
+		written(t, rp_shm_range_begin(r, rp_shmring_now(r), name));
+}
+
+void ringprof_range_end(void)
+{
+	struct thread_state *t = &self;
+	struct rp_shmring *r = ring_for_event(t);
+	if (r)
+		written(t, rp_shm_range_end(r, rp_shmring_now(r)));
+}
+
+void ringprof_instant(const char *name)
+{
+	struct thread_state *t = &self;
+	struct rp_shmring *r = ring_for_event(t);
+	if (r)
+		written(t, rp_shm_instant(r, rp_shmring_now(r), name));
+}
+
+void ringprof_counter(const char *name, double value)
+{
+	struct thread_state *t = &self;
+	struct rp_shmring *r = ring_for_event(t);
+	if (r)
+		written(t, rp_shm_counter(r, rp_shmring_now(r), name, value));
+}
+
+/* Kept for the hellos of later connections; a connected ring gets a
+ * record now. */
+void ringprof_thread_name(const char *name)
+{
+	struct thread_state *t = &self;
+	snprintf(t->name, sizeof(t->name), "%s", name ? name : "");
+	if (t->ring)
+		written(t, rp_shm_thread_name(t->ring, rp_shmring_now(t->ring), t->name));
+}
+
+uint64_t ringprof_dropped(void)
+{
+	struct thread_state *t = &self;
+	return t->dropped_before + (t->ring ? rp_shmring_dropped(t->ring) : 0);
+}
+
+int ringprof_connected(void)
+{
+	struct thread_state *t = &self;
+	struct rp_shmring *r = t->ring ? check_beat(t) : connect_if_due(t);
+	return r != NULL;
+}
+
+const char *ringprof_last_error(void)
+{
+	return last_error;
+}
+
+static int fail(const struct rp_err *err)
+{
+	snprintf(last_error, sizeof(last_error), "%s", err->msg);
+	return err->code;
+}
+
+/* One control API call; takes body.  On success *resp is the answer. */
+static int call(const char *method, const char *path, json_t *body, json_t **resp)
+{
+	struct rp_client_opts opts = { .client_name = "library" };
+	struct rp_client *c = NULL;
+	struct rp_err err = { 0 };
+	int rc = rp_client_new(&opts, &c, &err);
+	if (rc == 0) {
+		rc = rp_client_call(c, method, path, body, resp, &err);
+		rp_client_free(c);
+	}
+	json_decref(body);
+	if (rc < 0) {
+		if (!err.code)
+			rp_err_set(&err, rc, "%s %s failed: %s", method, path, strerror(-rc));
+		return fail(&err);
+	}
+	return 0;
+}
+
+/* Copies the session id from a session object; takes resp. */
+static int copy_id(json_t *resp, char *out, size_t len)
+{
+	struct rp_err err = { 0 };
+	const char *id = json_string_value(json_object_get(resp, "id"));
+	if (!id)
+		rp_err_set(&err, -EPROTO, "ringprofd answered without a session id");
+	else if (out && strlen(id) >= len)
+		rp_err_set(&err, -ENAMETOOLONG, "session %s needs a %zu-byte id buffer, "
+			   "got %zu bytes", id, strlen(id) + 1, len);
+	else if (out)
+		memcpy(out, id, strlen(id) + 1);
+	json_decref(resp);
+	return err.code ? fail(&err) : 0;
+}
+
+int ringprof_session_start(const char *name, char *id_out, size_t len)
+{
+	json_t *body = json_object();
+	if (name)
+		json_object_set_new(body, "name", json_string(name));
+	json_t *resp = NULL;
+	int rc = call("POST", "/v1/sessions", body, &resp);
+	return rc < 0 ? rc : copy_id(resp, id_out, len);
+}
+
+int ringprof_session_stop(const char *id)
+{
+	struct rp_err err = { 0 };
+	char path[128];
+	int rc = rp_check_name(id ? id : "", 63, "session id", &err);
+	if (rc < 0)
+		return fail(&err);
+	snprintf(path, sizeof(path), "/v1/sessions/%s/stop", id);
+	json_t *resp = NULL;
+	rc = call("POST", path, NULL, &resp);
+	json_decref(resp);
+	return rc;
+}
+
+int ringprof_snapshot(uint64_t last_ns, char *session_out, size_t len)
+{
+	if (last_ns > INT64_MAX) {
+		struct rp_err err = { 0 };
+		rp_err_set(&err, -EINVAL, "snapshot length %llu ns is too large; give at "
+			   "most the daemon's max_duration", (unsigned long long)last_ns);
+		return fail(&err);
+	}
+	json_t *body = json_object();
+	if (last_ns)
+		json_object_set_new(body, "last_ns", json_integer((json_int_t)last_ns));
+	json_t *resp = NULL;
+	int rc = call("POST", "/v1/snapshot", body, &resp);
+	return rc < 0 ? rc : copy_id(resp, session_out, len);
+}

@@ -1,0 +1,292 @@
+"""The Python package against the real daemon: annotations reach its rings
+and come back out of sessions, session calls and their errors, and a
+daemon restart under a running program.  The restart test is last: the
+others share this process's connection to the daemon."""
+
+import datetime
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import ringprof
+from conftest import ROOT, events, host_events, ranges
+
+
+def settle():
+    """Room between tests' windows: chunks are filtered by timestamp."""
+    time.sleep(0.05)
+
+
+def test_annotations_reach_a_snapshot(ringprofd):
+    settle()
+    for i in range(100):
+        with ringprof.annotate("py.block"):
+            ringprof.instant("py.tick")
+            ringprof.counter("py.loss", i / 2)
+    assert ringprof.connected()
+    s = ringprof.snapshot(last="5s", reason="test_annotations_reach_a_snapshot")
+    assert s["kind"] == "snapshot" and s["state"] == "complete"
+    assert s["trigger"]["source"] == "python"
+    assert host_events(s) > 0
+
+    evs = events(s, pid=os.getpid())
+    done, _ = ranges(evs)
+    assert done["py.block"] == 100
+    assert [e["name"] for e in evs if e["kind"] == "instant"].count("py.tick") == 100
+    losses = [e["value"] for e in evs if e["kind"] == "counter" and e["name"] == "py.loss"]
+    assert losses == [i / 2 for i in range(100)]
+    assert {e["tid"] for e in evs if e.get("name") == "py.tick"} == {threading.get_native_id()}
+    assert ringprof.dropped() == 0
+
+
+@ringprof.annotate
+def bare():
+    return "bare"
+
+
+@ringprof.annotate()
+def empty_parens():
+    return "empty"
+
+
+@ringprof.annotate("py.custom")
+def named(x, *, y):
+    return x + y
+
+
+class Model:
+    @ringprof.annotate
+    def forward(self):
+        with ringprof.annotate("py.inner"):
+            return bare()
+
+
+@ringprof.annotate
+def fails():
+    raise KeyError("inside a range")
+
+
+def test_decorator_and_context_manager_forms(ringprofd):
+    settle()
+    assert bare() == "bare" and bare.__name__ == "bare"
+    assert empty_parens() == "empty"
+    assert named(1, y=2) == 3
+    assert Model().forward() == "bare"
+    with pytest.raises(KeyError):
+        fails()
+    reused = ringprof.annotate("py.reused")
+    with reused:
+        with reused:
+            pass
+    with pytest.raises(TypeError, match="needs a name"):
+        with ringprof.annotate():
+            pass
+    with pytest.raises(TypeError):
+        ringprof.annotate(42)
+    s = ringprof.snapshot(last=2.0)
+
+    done, _ = ranges(events(s, pid=os.getpid()))
+    assert done["bare"] == 2
+    assert done["empty_parens"] == 1
+    assert done["py.custom"] == 1
+    assert done["Model.forward"] == 1
+    assert done["py.inner"] == 1
+    assert done["fails"] == 1
+    assert done["py.reused"] == 2
+
+
+def test_trace_records_a_session_covering_the_block(ringprofd):
+    settle()
+    before = time.monotonic_ns()
+    with ringprof.trace(name="py-trace", reason="test") as t:
+        assert t.id == "py-trace" and t.session is None
+        inside = time.monotonic_ns()
+        with ringprof.annotate("py.traced"):
+            time.sleep(0.2)
+    after = time.monotonic_ns()
+    s = t.session
+    assert s["id"] == "py-trace"
+    assert s["kind"] == "session" and s["state"] == "complete"
+    assert before <= s["requested"]["start_ns"] <= inside
+    assert inside + 200_000_000 <= s["requested"]["end_ns"] <= after
+    assert os.path.isdir(s["path"])
+    done, _ = ranges(events(s, pid=os.getpid()))
+    assert done["py.traced"] == 1
+
+    # Stopped even when the block fails.
+    with pytest.raises(RuntimeError):
+        with ringprof.trace() as t:
+            raise RuntimeError("in the traced block")
+    assert t.session["state"] == "complete"
+
+
+def test_start_and_stop_session(ringprofd):
+    sid = ringprof.start_session(name="py-manual", run="py-run")
+    assert sid == "py-manual"
+    assert sid in ringprof.status()["open_sessions"]
+    with ringprof.annotate("py.manual"):
+        pass
+    s = ringprof.stop_session(sid)
+    assert s["run"] == "py-run" and s["state"] == "complete"
+    assert f"{os.sep}py-run{os.sep}plugins{os.sep}profile{os.sep}py-manual" in s["path"]
+    with pytest.raises(ringprof.RingprofError) as e:
+        ringprof.stop_session(sid)
+    assert e.value.status == 409
+
+
+def test_snapshot_window_in_the_past(ringprofd):
+    settle()
+    with ringprof.annotate("py.before"):
+        time.sleep(0.01)
+    time.sleep(0.2)
+    end_wall = time.time_ns()
+    time.sleep(0.2)
+    with ringprof.annotate("py.after"):
+        pass
+    time.sleep(0.05)
+
+    for end in (end_wall, datetime.datetime.fromtimestamp(end_wall / 1e9),
+                datetime.datetime.fromtimestamp(end_wall / 1e9, datetime.timezone.utc)
+                .isoformat().replace("+00:00", "Z")):
+        s = ringprof.snapshot(last="300ms", end=end)
+        req = s["requested"]
+        # datetime keeps microseconds only.
+        assert abs(req["end_wall_ns"] - end_wall) < 1000
+        assert req["end_ns"] - req["start_ns"] == 300_000_000
+        done, _ = ranges(events(s, pid=os.getpid()))
+        assert done["py.before"] == 1
+        assert done["py.after"] == 0
+
+    for last, ns in ((0.25, 250_000_000), ("250ms", 250_000_000),
+                     (datetime.timedelta(milliseconds=250), 250_000_000), (1, 10**9)):
+        s = ringprof.snapshot(last=last)
+        assert s["requested"]["end_ns"] - s["requested"]["start_ns"] == ns
+
+
+def test_bad_input_raises_with_the_daemons_message(ringprofd):
+    with pytest.raises(ringprof.RingprofError, match="negative") as e:
+        ringprof.snapshot(last=-5)
+    assert e.value.status == 400
+    with pytest.raises(ringprof.RingprofError, match="negative"):
+        ringprof.snapshot(last="-5s")
+    with pytest.raises(ringprof.RingprofError, match="future"):
+        ringprof.snapshot(end=time.time_ns() + 60 * 10**9)
+    with pytest.raises(ringprof.RingprofError) as e:
+        ringprof.stop_session("no_such_session")
+    assert e.value.status == 404
+    with pytest.raises(ringprof.RingprofError) as e:
+        ringprof.start_session(name="not a/name")
+    assert e.value.status == 400
+    with pytest.raises(TypeError):
+        ringprof.snapshot(last=True)
+    with pytest.raises(TypeError):
+        ringprof.snapshot(end=1.5)
+
+
+def test_status(ringprofd):
+    st = ringprof.status()
+    assert st["version"] == "0.1.0"
+    assert st["pid"] == ringprofd.proc.pid
+    host = next(r for r in st["rings"] if r["device"] == "host")
+    assert host["producers"] >= 1
+
+
+def run_python(code, **env):
+    """Runs code in a fresh interpreter, with this tree's package."""
+    path = os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": path, **env})
+
+
+def test_without_a_daemon_annotations_are_no_ops():
+    code = """if True:
+        import time, ringprof
+        t = time.perf_counter()
+        for _ in range(100000):
+            with ringprof.annotate("x"):
+                pass
+        per = (time.perf_counter() - t) / 200000 * 1e9
+        print(f"{per:.0f} ns per Python annotation without a daemon", ringprof.connected())
+        try:
+            ringprof.snapshot()
+        except ringprof.RingprofError as e:
+            print(e)
+    """
+    out = run_python(code, RINGPROF_SOCKET="/nonexistent/ringprofd.sock")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    timing, error = out.stdout.splitlines()
+    print(timing)
+    assert timing.endswith(" False")
+    assert "cannot reach ringprofd at /nonexistent/ringprofd.sock" in error
+
+
+def test_without_the_library_annotations_warn_once():
+    code = """if True:
+        import ringprof
+        for _ in range(3):
+            with ringprof.annotate("x"):
+                ringprof.instant("y")
+        ringprof.counter("z", 1)
+        print(ringprof.connected(), ringprof.dropped())
+    """
+    out = run_python(code, RINGPROF_LIBRARY="/nonexistent/libringprof.so",
+                     PYTHONWARNINGS="always")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "0"]
+    assert out.stderr.count("RuntimeWarning") == 1
+    assert "RINGPROF_LIBRARY" in out.stderr
+
+
+def test_annotation_cost_with_a_daemon(ringprofd):
+    n = 200000
+    t = time.perf_counter()
+    for _ in range(n):
+        with ringprof.annotate("py.cost"):
+            pass
+    per = (time.perf_counter() - t) / (2 * n) * 1e9
+    print(f"{per:.0f} ns per Python annotation with a daemon")
+    assert ringprof.connected()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_daemon_restart_annotations_resume(ringprofd, sig):
+    with ringprof.annotate("py.before-restart"):
+        pass
+    assert ringprof.connected()
+    ringprofd.kill(sig)
+    # Annotating into a dead daemon: no exception, no stall.
+    t = time.perf_counter()
+    for _ in range(10000):
+        with ringprof.annotate("py.while-down"):
+            pass
+    assert time.perf_counter() - t < 1.0
+    ringprofd.start()
+    restarted = time.monotonic()
+
+    def reaches_new_daemon():
+        # connected() holds for the old ring too, until its beat is 2 s
+        # stale; the new daemon counts this thread once it took a ring.
+        rings = ringprof.status()["rings"]
+        return next(r for r in rings if r["device"] == "host")["producers"] > 0
+
+    resumed = None
+    while resumed is None and time.monotonic() < restarted + 5:
+        with ringprof.annotate("py.after-restart"):
+            pass
+        if ringprof.connected() and reaches_new_daemon():
+            resumed = time.monotonic()
+        time.sleep(0.001)
+    assert resumed is not None, open(ringprofd.log).read()
+    print(f"resumed {resumed - restarted:.2f} s after the restart")
+    for _ in range(10):
+        with ringprof.annotate("py.resumed"):
+            pass
+    s = ringprof.snapshot(last="2s")
+    done, _ = ranges(events(s, pid=os.getpid()))
+    assert done["py.resumed"] == 10

@@ -1,0 +1,53 @@
+/* The producer handshake (docs/api.md, "Producer socket"): a producer
+ * sends one fixed-size hello over the daemon's SOCK_SEQPACKET producer
+ * socket; the daemon answers with one reply carrying the new ring's memfd
+ * as SCM_RIGHTS.  Both sides live here so they cannot drift apart. */
+#ifndef RINGPROF_HELLO_H
+#define RINGPROF_HELLO_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "err.h"
+
+/* Wire sizes, little-endian, fixed. */
+#define RP_HELLO_SIZE 144
+#define RP_REPLY_SIZE 264
+#define RP_HELLO_VERSION 1
+#define RP_HELLO_DEVICE_LEN 64   /* incl. the NUL */
+#define RP_HELLO_THREAD_LEN 56   /* incl. the NUL */
+#define RP_REPLY_MESSAGE_LEN 248 /* incl. the NUL */
+
+struct rp_hello {
+	uint32_t pid, tid;     /* as the producer sees them */
+	uint32_t ring_size;    /* data bytes wanted; 0: the daemon's default */
+	char device[RP_HELLO_DEVICE_LEN];      /* ring name: "host", "gpu0", ... */
+	char thread_name[RP_HELLO_THREAD_LEN]; /* may be empty */
+};
+
+/* Producer: connect to the producer socket, send hello and wait for the
+ * reply, each step bounded by about a second so that a hung daemon cannot
+ * stall the program for long.  On success *ring_fd is the ring's memfd
+ * (O_CLOEXEC, the caller owns it).  The daemon's refusal comes back as its
+ * status with its message in err; no daemon gives -ENOENT/-ECONNREFUSED,
+ * a daemon that does not answer -EAGAIN. */
+int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
+		     int *ring_fd, struct rp_err *err);
+
+/* Daemon: read one hello from an accepted connection and validate it
+ * (size, magic, version, NUL-terminated strings, device name) and its
+ * sender: *peer gets SO_PEERCRED, and a pid that is not the sender's (in
+ * the daemon's or the sender's own pid namespace) is -EPERM.  Blocks
+ * unless conn_fd is non-blocking (then -EAGAIN) or has a receive timeout;
+ * fds sent along are closed.  Errors: -EPROTO for a malformed hello,
+ * -EINVAL for a bad device name, -ECONNRESET when the peer hung up. */
+int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
+		     struct rp_err *err);
+
+/* Daemon: answer a hello.  status is 0 or a negative errno; message
+ * (may be NULL, truncated to fit) tells the producer why; ring_fd is sent
+ * only with status 0 and then must be >= 0.  Returns 0 or -errno (-EPIPE:
+ * the producer is gone). */
+int rp_hello_reply(int conn_fd, int status, const char *message, int ring_fd);
+
+#endif
