@@ -1,7 +1,9 @@
 /* ringprofd: the always-on flight recorder daemon. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,20 +173,35 @@ int main(int argc, char **argv)
 	int rc = rp_rings_start(&cfg, &rings, &err);
 	if (rc == 0)
 		rc = rp_control_new(&cfg, rings, &control, &err);
-	if (rc == 0)
-		rc = rp_producers_start(&cfg, rings, &producers, &err);
+	/* The API first: it refuses to start beside a live daemon, before
+	 * anything of that daemon's (its producer socket) is touched. */
 	if (rc == 0)
 		rc = rp_api_start(&api_opts, &rp_control_ops, control, &api, &err);
+	if (rc == 0)
+		rc = rp_producers_start(&cfg, rings, &producers, &err);
 	if (rc < 0) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 	} else {
 		fprintf(stderr, "ringprofd %s: serving on %s (rings in %s, sessions in %s)\n", VERSION,
 			cfg.socket, cfg.state_dir, cfg.logdir);
 		if (ready_fd >= 0) {
+			/* Detached: let go of the terminal; the log goes on in the
+			 * state directory. */
+			char log[PATH_MAX + 16];
+			snprintf(log, sizeof(log), "%s/ringprofd.log", cfg.state_dir);
+			int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+			int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+			fprintf(stderr, "ringprofd: detached, logging to %s\n", log);
+			dup2(null, STDIN_FILENO);
+			dup2(null, STDOUT_FILENO);
+			dup2(logfd >= 0 ? logfd : null, STDERR_FILENO);
 			char ok = 1;
 			if (write(ready_fd, &ok, 1) != 1)
 				fprintf(stderr, "ringprofd: could not report readiness\n");
 			close(ready_fd);
+			close(null);
+			if (logfd >= 0)
+				close(logfd);
 		}
 		int sig = 0;
 		while (sig != SIGTERM && sig != SIGINT)

@@ -43,7 +43,9 @@ static void serve_one(struct rp_producers *p, int conn)
 	}
 	uint32_t size = hello.ring_size ? hello.ring_size : p->cfg->producer_ring_size;
 	struct rp_shmring *ring;
-	rc = rp_shmring_create(size, hello.pid, hello.tid, p->clock, &ring, &err);
+	/* The pid as this daemon sees it: a containerised producer knows its own
+	 * namespace's pid, which would mislabel its events and break reaping. */
+	rc = rp_shmring_create(size, (uint32_t)peer.pid, hello.tid, p->clock, &ring, &err);
 	if (rc == 0) {
 		/* Attach before replying, so a producer never writes into a ring
 		 * nobody drains.  Should the reply fail, the ring stays attached

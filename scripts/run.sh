@@ -1,9 +1,37 @@
 #!/usr/bin/env bash
-# Install what is missing, build, and run the ringprof demo.
+# Install what is missing, build, and run ringprof's main job: the daemon
+# with its embedded defaults, a fake training loop annotating its steps,
+# a snapshot of the last seconds, and a summary of what the session holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 [[ -f build/build.ninja ]] || meson setup build >/dev/null
 ninja -C build >/dev/null
-exec build/demo/ringbuf-demo "$@"
+
+ringprofd=build/daemon/ringprofd
+ringprof=build/cli/ringprof
+
+# The daemon with no configuration at all; reuse one that already runs.
+if ! $ringprof status >/dev/null 2>&1; then
+  echo "== starting ringprofd (embedded defaults)"
+  $ringprofd      # detaches once it serves
+fi
+$ringprof status
+
+echo
+echo "== a fake training loop (2 ranks, 4 s) annotates its steps"
+build/demo/train-loop --seconds 4 --ranks 2
+
+echo
+echo "== snapshot of the last 3 s"
+session_json=$($ringprof --json snapshot --last 3s --run demo --reason "README demo")
+path=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["path"])' <<<"$session_json")
+echo "session on disk: $path"
+ls -l "$path"
+
+echo
+echo "== what it holds"
+$ringprof summary "$path"
+echo
+echo "ringprofd keeps running (ringprof status); stop it with: pkill -TERM ringprofd"

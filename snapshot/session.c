@@ -81,6 +81,7 @@ struct device {
 	uint64_t chunks, events, dropped, lost;
 	uint64_t first_ts, last_ts;
 	uint64_t resume_ts;       /* first_ts of the last chunk written */
+	uint64_t held_from;       /* oldest data the ring held when added; UINT64_MAX: none */
 	double horizon_s;
 	struct provisional *prov;
 	size_t nprov, prov_cap;
@@ -441,6 +442,9 @@ static int add_ring(struct rp_session *s, const char *device, struct rp_ringfile
 				  device, s->id);
 	}
 	ring_horizon(d);
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(rf, &st);
+	d->held_from = st.chunks ? st.first_ts : UINT64_MAX;
 	uint64_t from;
 	int rc = first_seq(s, rf, &from);
 	if (rc < 0) {
@@ -775,22 +779,26 @@ static json_t *window_json(const struct rp_session *s, uint64_t start, uint64_t 
 	return w;
 }
 
-/* What the rings held of the requested window; false when nothing. */
+/* What the rings held of the requested window; false when nothing.  A
+ * ring covers from its oldest data up to the end of the window (the
+ * daemon seals everything up to the end before closing), whether or not
+ * producers were busy then: an idle stretch is covered, just empty. */
 static bool covered(const struct rp_session *s, uint64_t *start, uint64_t *end)
 {
-	bool any = false;
-	uint64_t first = 0, last = 0;
+	uint64_t oldest = UINT64_MAX, newest = 0;
 	for (size_t i = 0; i < s->ndevs; i++) {
 		const struct device *d = s->devs[i];
-		if (!d->chunks)
-			continue;
-		first = any && first < d->first_ts ? first : d->first_ts;
-		last = any && last > d->last_ts ? last : d->last_ts;
-		any = true;
+		if (d->held_from < oldest)
+			oldest = d->held_from;
+		if (d->chunks && d->first_ts < oldest)
+			oldest = d->first_ts;
+		if (d->chunks && d->last_ts > newest)
+			newest = d->last_ts;
 	}
-	*start = first > s->start_ns ? first : s->start_ns;
-	*end = last < s->end_ns ? last : s->end_ns;
-	return any && *start <= *end;
+	*start = oldest > s->start_ns ? oldest : s->start_ns;
+	/* While open, the window so far ends with the newest data copied. */
+	*end = s->end_ns != UINT64_MAX ? s->end_ns : newest;
+	return oldest != UINT64_MAX && *start <= *end;
 }
 
 static json_t *device_json(const struct device *d, bool manifest)
