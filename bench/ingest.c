@@ -6,13 +6,15 @@
  *
  *   bench-ingest [--dir DIR] [--events N]
  *
- * Phase 1 runs the producers flat out (what the pipeline sustains; drops
- * are expected there and reported).  Phase 2 paces them at 80% of that
- * and must show zero drops. */
+ * Phase 1 runs the producers as fast as the pipeline takes their events
+ * (they wait for room instead of dropping): what it sustains.  Phase 2
+ * paces them at 80% of that with the ordinary never-waiting writes and
+ * must show zero drops. */
 #include <errno.h>
 #include <getopt.h>
 #include <lz4.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +41,7 @@ struct producer {
 	pthread_t thread;
 	int fd;
 	uint64_t pairs;          /* range begin/end pairs to write */
-	double pairs_per_s;      /* 0: flat out */
+	double pairs_per_s;      /* 0: as fast as the pipeline takes them */
 	atomic_bool done;
 };
 
@@ -50,8 +52,18 @@ static void *produce(void *arg)
 	if (rp_shmring_map(p->fd, &r, NULL) < 0)
 		return NULL;
 	uint64_t start = rp_clock_now_ns();
+	/* Names in an irregular order, as phases of real code interleave;
+	 * a fixed rotation would flatter the compression. */
+	uint32_t x = 2463534242u + (uint32_t)p->fd;
 	for (uint64_t i = 0; i < p->pairs; i++) {
-		rp_shm_range_begin(r, rp_shmring_now(r), names[i % NNAMES]);
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		/* Unpaced, wait for room rather than drop: the figure is what
+		 * the pipeline sustains without losing anything. */
+		while (p->pairs_per_s == 0 && rp_shmring_free_bytes(r) < 256)
+			sched_yield();
+		rp_shm_range_begin(r, rp_shmring_now(r), names[x % NNAMES]);
 		rp_shm_range_end(r, rp_shmring_now(r));
 		if (p->pairs_per_s > 0 && (i & 1023) == 1023) {
 			/* Pace in batches; sleeping hands the core to the drain. */
@@ -254,7 +266,7 @@ int main(int argc, char **argv)
 	if (run_ingest(dir, pairs, 0, &flat) < 0)
 		return 1;
 	double flat_rate = (double)flat.events / flat.seconds;
-	printf("  flat out: %.2f M events/s taken in (%.2f s, %llu dropped at full rings), %.2f bytes/event on disk, LZ4 ratio %.1fx, %s\n",
+	printf("  sustained: %.2f M events/s end to end (%.2f s, %llu dropped), %.2f bytes/event on disk, LZ4 ratio %.1fx, %s\n",
 	       flat_rate / 1e6, flat.seconds, (unsigned long long)flat.drops, flat.bytes_per_event,
 	       flat.ratio, flat.direct_io ? "O_DIRECT" : "buffered");
 

@@ -123,12 +123,7 @@ static void *pump_main(void *arg)
 			if (add_new_rings(c, o, &err) < 0 || rp_session_pump(o->s, &err) < 0)
 				fprintf(stderr, "ringprofd: session %s: %s\n", rp_session_name(o->s), err.msg);
 		}
-		struct timespec until;
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		uint64_t ns = (uint64_t)until.tv_nsec + PUMP_INTERVAL_NS;
-		until.tv_sec += (time_t)(ns / 1000000000u);
-		until.tv_nsec = (long)(ns % 1000000000u);
-		pthread_cond_timedwait(&c->wake, &c->lock, &until);
+		rp_cond_wait_ns(&c->wake, &c->lock, PUMP_INTERVAL_NS);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -146,11 +141,7 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 	if (gethostname(c->host, sizeof(c->host)) < 0)
 		snprintf(c->host, sizeof(c->host), "localhost");
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->wake, &ca);
-	pthread_condattr_destroy(&ca);
+	rp_cond_init_monotonic(&c->wake);
 	int rc = -pthread_create(&c->pump_thread, NULL, pump_main, c);
 	if (rc < 0) {
 		free(c);

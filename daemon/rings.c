@@ -213,12 +213,7 @@ static void *ingest_main(void *arg)
 			pthread_cond_broadcast(&r->flushed);
 		}
 		if (!r->stop && !r->pending && r->flush_requested == r->flush_done) {
-			struct timespec until;
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			uint64_t ns = (uint64_t)until.tv_nsec + r->cfg->poll_interval_ns;
-			until.tv_sec += (time_t)(ns / 1000000000u);
-			until.tv_nsec = (long)(ns % 1000000000u);
-			pthread_cond_timedwait(&r->wake, &r->lock, &until);
+			rp_cond_wait_ns(&r->wake, &r->lock, r->cfg->poll_interval_ns);
 		}
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -282,11 +277,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	r->cfg = cfg;
 	pthread_mutex_init(&r->devices_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&r->wake, &ca);
-	pthread_condattr_destroy(&ca);
+	rp_cond_init_monotonic(&r->wake);
 	pthread_cond_init(&r->flushed, NULL);
 	struct device *host;
 	int rc = make_dirs(cfg->state_dir, err);

@@ -113,3 +113,22 @@ void rp_tsc_refresh(struct rp_tsc_calib *c)
 		c->last_ns = n;
 	}
 }
+
+void rp_cond_init_monotonic(pthread_cond_t *cond)
+{
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(cond, &attr);
+	pthread_condattr_destroy(&attr);
+}
+
+void rp_cond_wait_ns(pthread_cond_t *cond, pthread_mutex_t *mutex, uint64_t ns)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	ns += (uint64_t)until.tv_nsec;
+	until.tv_sec += (time_t)(ns / 1000000000u);
+	until.tv_nsec = (long)(ns % 1000000000u);
+	pthread_cond_timedwait(cond, mutex, &until);
+}

@@ -7,6 +7,7 @@
 #ifndef RINGPROF_CLOCK_H
 #define RINGPROF_CLOCK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
@@ -32,6 +33,12 @@ static inline uint64_t rp_rdtsc(void)
 /* True when the CPU has an invariant TSC (constant_tsc and nonstop_tsc)
  * and the kernel uses it as clocksource, so ticks are safe to convert. */
 bool rp_tsc_usable(void);
+
+/* A condition variable whose timed waits run on CLOCK_MONOTONIC, so a
+ * wall-clock step never stretches or cuts a wait. */
+void rp_cond_init_monotonic(pthread_cond_t *cond);
+/* Wait on cond (initialised as above) for at most ns. */
+void rp_cond_wait_ns(pthread_cond_t *cond, pthread_mutex_t *mutex, uint64_t ns);
 
 /* Wall-clock (CLOCK_REALTIME) minus host clock, in ns, read now. */
 int64_t rp_clock_wall_offset_ns(void);

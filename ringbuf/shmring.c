@@ -296,6 +296,13 @@ uint64_t rp_shmring_dropped(const struct rp_shmring *r)
 	return atomic_load_explicit(&r->hdr->dropped, memory_order_relaxed);
 }
 
+size_t rp_shmring_free_bytes(struct rp_shmring *r)
+{
+	r->cached_tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	uint64_t used = r->head - r->cached_tail;
+	return used < r->size ? (size_t)(r->size - used) : 0;
+}
+
 uint64_t rp_shmring_consumer_beat_ns(const struct rp_shmring *r)
 {
 	return atomic_load_explicit(&r->hdr->beat, memory_order_relaxed);

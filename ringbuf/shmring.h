@@ -103,6 +103,12 @@ bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name);
  * in the ring's clock, as must ev->u.gpu.end. */
 bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev);
 
+/* Producer: bytes the ring has room for now.  A producer that would
+ * rather wait than drop (a benchmark, a replay tool) polls this; a record
+ * of n bytes (rounded up to 8, plus up to 8 bytes of end padding) fits
+ * when it is at least n + 8 + 16. */
+size_t rp_shmring_free_bytes(struct rp_shmring *r);
+
 /* Producer: records dropped so far because the ring was full. */
 uint64_t rp_shmring_dropped(const struct rp_shmring *r);
 

@@ -1,10 +1,15 @@
 """ringprofd end to end: the real daemon on a temporary socket and
 directories, driven through its API and the ringprof CLI."""
 
+import array
 import json
+import mmap
 import os
 import signal
+import socket
+import struct
 import subprocess
+import threading
 import time
 
 import pytest
@@ -107,7 +112,14 @@ def test_session_three_times_the_horizon_keeps_every_event(tmp_path):
     try:
         session = d.ok("POST", "/v1/sessions", {"name": "long_run"})
         assert session["state"] == "open"
-        stats = finish_producer(start_producer(d, 200000, 4))
+        producer = start_producer(d, 200000, 4)
+        time.sleep(2)
+        # Sessions overlap: a snapshot while the long session is open.
+        overlap = d.ok("POST", "/v1/snapshot", {"last": "500ms"})
+        assert overlap["state"] == "complete"
+        assert "long_run" in d.ok("GET", "/v1/status")["open_sessions"]
+        stats = finish_producer(producer)
+        assert seq_values(dump(overlap["path"]))
         horizon = d.ok("GET", "/v1/status")["rings"][0]["horizon_s"]
         done = d.ok("POST", "/v1/sessions/long_run/stop")
         req = done["requested"]
@@ -274,3 +286,44 @@ def test_metrics(daemon):
     assert 'ringprof_ring_fill_ratio{device="host"}' in text
     assert 'ringprof_sessions_total{kind="snapshot"} 1' in text
     assert "ringprof_snapshot_seconds_count 1" in text
+
+
+def register_device(daemon, device):
+    """Play a device collector: the producer handshake of docs/api.md."""
+    hello = struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, os.getpid(), threading.get_native_id(), 0,
+                        device.encode(), b"collector")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.connect(daemon.socket + ".producers")
+        s.send(hello)
+        fds = array.array("i")
+        msg, anc, _, _ = s.recvmsg(264, socket.CMSG_SPACE(fds.itemsize))
+    magic, status = struct.unpack_from("<8si", msg)
+    assert magic == b"RPREPLY1"
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:fds.itemsize])
+    return status, msg[16:].split(b"\0")[0].decode(), (fds[0] if fds else None)
+
+
+def test_device_ring_appears_when_a_collector_registers(tmp_path):
+    d = Daemon(tmp_path).start()
+    try:
+        assert [r["device"] for r in d.ok("GET", "/v1/status")["rings"]] == ["host"]
+        status, message, fd = register_device(d, "gpu0")
+        assert status == 0, message
+        assert fd is not None and os.fstat(fd).st_size > 0
+        mmap.mmap(fd, os.fstat(fd).st_size).close()  # a shared-memory ring we can map
+        os.close(fd)
+        devices = {r["device"] for r in d.ok("GET", "/v1/status")["rings"]}
+        assert devices == {"host", "gpu0"}
+        assert os.path.exists(os.path.join(d.state_dir, "gpu0.ring"))
+        status, message, fd = register_device(d, "../evil")
+        assert status < 0 and "device name" in message and fd is None
+        d.kill(signal.SIGTERM)
+        d.start()  # the device's ring and its history come back
+        devices = {r["device"] for r in d.ok("GET", "/v1/status")["rings"]}
+        assert devices == {"host", "gpu0"}
+        snap = d.ok("POST", "/v1/snapshot", {"last": "1s"})
+        assert {dev["device"] for dev in snap["devices"]} == {"host", "gpu0"}
+    finally:
+        d.stop()

@@ -240,6 +240,46 @@ static void test_reap_drains_first(void **state)
 	assert_true(c.next == 100);
 }
 
+/* A thread named once is named again in every later chunk, so any window
+ * (and so any snapshot) can name it. */
+static void test_names_repeat_in_every_chunk(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ts = rp_clock_now_ns();
+	struct rp_event name = { .kind = RP_EV_THREAD_NAME, .ts = ts, .pid = 9, .tid = 10,
+				 .name = "trainer-rank0" };
+	assert_int_equal(rp_drain_add(f->drain, &name, NULL), 0);
+	for (int i = 0; i < 200000; i++) {
+		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = 9, .tid = 10,
+				       .name = "seq", .u.counter.value = i };
+		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+
+	struct rp_ringfile_iter *it;
+	struct rp_chunk_reader *r;
+	assert_int_equal(rp_ringfile_iter_new(f->rf, 0, UINT64_MAX, &it), 0);
+	assert_int_equal(rp_chunk_reader_new(&r), 0);
+	const void *chunk;
+	size_t len;
+	struct rp_chunk_header hdr;
+	int chunks = 0;
+	while (rp_ringfile_iter_next(it, &chunk, &len, &hdr) == 1) {
+		assert_int_equal(rp_chunk_reader_load(r, chunk, len, NULL), 0);
+		struct rp_event ev;
+		int named = 0;
+		while (rp_chunk_reader_next(r, &ev, NULL) == 1)
+			if (ev.kind == RP_EV_THREAD_NAME && ev.tid == 10 &&
+			    strcmp(ev.name, "trainer-rank0") == 0)
+				named++;
+		assert_int_equal(named, 1);
+		chunks++;
+	}
+	assert_true(chunks > 2);
+	rp_chunk_reader_free(r);
+	rp_ringfile_iter_free(it);
+}
+
 struct writer_arg {
 	struct rp_drain *drain;
 	struct rp_shmring *ring;
@@ -318,6 +358,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_drops_recorded, setup, teardown),
 		cmocka_unit_test(test_seal_by_age_and_flush),
 		cmocka_unit_test_setup_teardown(test_reap_drains_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names_repeat_in_every_chunk, setup, teardown),
 		cmocka_unit_test(test_concurrent_reader),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
