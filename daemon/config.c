@@ -33,6 +33,8 @@ void rp_config_defaults(struct rp_config *c)
 	c->seal_interval_ns = SEC;
 	c->ring_default.budget_bytes = 64 * MiB;
 	c->ring_default.slot_size = 128 * KiB;
+	c->sampler_hz = 99; /* off the 100 Hz of periodic timers, like perf -F 99 */
+	c->sampler_depth = 127;
 	c->producer_ring_size = MiB;
 	snprintf(c->default_run, sizeof(c->default_run), "default");
 	c->default_last_ns = 30 * SEC;
@@ -225,6 +227,57 @@ static int set_default_run(struct rp_config *c, struct rp_ring_config *r, const 
 	return set_string(c->default_run, sizeof(c->default_run), v, false, err);
 }
 
+static int uint_in(const char *value, unsigned min, unsigned max, unsigned *out,
+		   struct rp_err *err)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(value, &end, 10);
+	if (!*value || *end || errno || value[0] == '-')
+		return rp_err_set(err, -EINVAL, "'%s' is not a whole number", value);
+	if (v < min || v > max)
+		return rp_err_set(err, -ERANGE, "'%s' is outside %u..%u", value, min, max);
+	*out = (unsigned)v;
+	return 0;
+}
+
+static const char *const sampler_modes[] = {
+	[RP_SAMPLER_AUTO] = "auto", [RP_SAMPLER_ON] = "true", [RP_SAMPLER_OFF] = "false",
+};
+
+static int set_sampler_enabled(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			       struct rp_err *err)
+{
+	(void)r;
+	for (size_t i = 0; i < sizeof(sampler_modes) / sizeof(sampler_modes[0]); i++)
+		if (!strcmp(v, sampler_modes[i])) {
+			c->sampler_mode = (enum rp_sampler_mode)i;
+			return 0;
+		}
+	return rp_err_set(err, -EINVAL, "'%s' is not one of auto, true, false", v);
+}
+
+static int set_sampler_frequency(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				 struct rp_err *err)
+{
+	(void)r;
+	return uint_in(v, 1, 10000, &c->sampler_hz, err);
+}
+
+static int set_sampler_depth(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			     struct rp_err *err)
+{
+	(void)r;
+	return uint_in(v, 1, 127, &c->sampler_depth, err);
+}
+
+static int set_sampler_cgroup(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			      struct rp_err *err)
+{
+	(void)r;
+	return set_string(c->sampler_cgroup, sizeof(c->sampler_cgroup), v, true, err);
+}
+
 #define MAX_DURATION_LIMIT (7 * 24 * 3600 * SEC)
 
 static int set_default_last(struct rp_config *c, struct rp_ring_config *r, const char *v,
@@ -261,11 +314,13 @@ static const struct section_def {
 	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"producers", KEYS({"ring_size", set_ring_size})},
+	{"sampler", KEYS({"enabled", set_sampler_enabled}, {"frequency", set_sampler_frequency},
+			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
 			  {"max_duration", set_max_duration})},
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
-#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sessions]"
+#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [sessions]"
 
 static bool is_ring_section(const char *name)
 {
@@ -549,6 +604,9 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	}
 	fprintf(out, "\n[producers]\n");
 	print_size(out, "ring_size", c->producer_ring_size);
+	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\n",
+		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth);
+	print_string(out, "cgroup", c->sampler_cgroup);
 	fprintf(out, "\n[sessions]\n");
 	print_string(out, "default_run", c->default_run);
 	print_duration(out, "default_last", c->default_last_ns);

@@ -36,6 +36,15 @@ struct rp_config {
 	unsigned nrings;
 	/* [producers] */
 	uint32_t producer_ring_size; /* bytes of each per-thread ring, power of 2 */
+	/* [sampler]: the eBPF CPU sampler */
+	enum rp_sampler_mode {
+		RP_SAMPLER_AUTO = 0, /* start it when possible, else run without it */
+		RP_SAMPLER_ON,       /* failing to start it is fatal */
+		RP_SAMPLER_OFF,
+	} sampler_mode;
+	unsigned sampler_hz;         /* per CPU, 1..10000 */
+	unsigned sampler_depth;      /* frames per stack, 1..127 */
+	char sampler_cgroup[PATH_MAX]; /* "" = every task */
 	/* [sessions] */
 	char default_run[64];
 	uint64_t default_last_ns;    /* snapshot window when none is given */

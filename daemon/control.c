@@ -413,19 +413,29 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 	struct rp_ring_info info;
 	for (unsigned i = 0; rp_rings_info(c->rings, i, &info) == 0; i++)
 		json_array_append_new(rings, ring_json(&info));
+	json_t *collectors = json_array();
+	struct rp_collector_info col;
+	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++) {
+		json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i}", "name", col.name, "state", col.state,
+				      "events", (json_int_t)col.events, "lost", (json_int_t)col.lost,
+				      "frequency_hz", (int)col.frequency_hz);
+		if (col.reason[0])
+			json_object_set_new(o, "reason", json_string(col.reason));
+		json_array_append_new(collectors, o);
+	}
 	json_t *open = json_array();
 	pthread_mutex_lock(&c->lock);
 	for (struct open_session *o = c->open; o; o = o->next)
 		json_array_append_new(open, json_string(rp_session_name(o->s)));
 	pthread_mutex_unlock(&c->lock);
 	uint64_t now = rp_clock_now_ns();
-	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:o, s:o}",
+	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:o, s:o, s:o}",
 			 "version", VERSION, "pid", (int)getpid(), "host", c->host,
 			 "uptime_s", (double)(now - c->started_ns) / 1e9,
 			 "clock", "CLOCK_MONOTONIC", "now_ns", (json_int_t)now,
 			 "wall_offset_ns", (json_int_t)rp_clock_wall_offset_ns(),
 			 "state_dir", c->cfg->state_dir, "logdir", c->cfg->logdir,
-			 "rings", rings, "open_sessions", open);
+			 "rings", rings, "collectors", collectors, "open_sessions", open);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -467,6 +477,22 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 			fprintf(f, "%s{device=\"%s\"} %.9g\n", ring_metrics[m].name, info[i].device, v[m]);
 		}
 	}
+	fprintf(f, "# HELP ringprof_collector_events_total Events a collector handed to its ring.\n"
+		   "# TYPE ringprof_collector_events_total counter\n");
+	struct rp_collector_info col;
+	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++)
+		fprintf(f, "ringprof_collector_events_total{collector=\"%s\"} %llu\n", col.name,
+			(unsigned long long)col.events);
+	fprintf(f, "# HELP ringprof_collector_lost_total Events a collector lost before its ring.\n"
+		   "# TYPE ringprof_collector_lost_total counter\n");
+	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++)
+		fprintf(f, "ringprof_collector_lost_total{collector=\"%s\"} %llu\n", col.name,
+			(unsigned long long)col.lost);
+	fprintf(f, "# HELP ringprof_collector_running Whether a collector runs (1) or not (0).\n"
+		   "# TYPE ringprof_collector_running gauge\n");
+	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++)
+		fprintf(f, "ringprof_collector_running{collector=\"%s\"} %d\n", col.name,
+			!strcmp(col.state, "running"));
 	pthread_mutex_lock(&c->lock);
 	static const char *const kinds[] = { [RP_SESSION_SNAPSHOT] = "snapshot",
 					     [RP_SESSION_MANUAL] = "session",

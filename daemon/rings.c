@@ -13,6 +13,9 @@
 
 #include "clock.h"
 #include "parse.h"
+#ifdef RINGPROF_HAVE_SAMPLER
+#include "sampler.h"
+#endif
 
 #define REAP_INTERVAL_NS 1000000000ull
 
@@ -36,6 +39,12 @@ struct pending {
 
 struct rp_rings {
 	const struct rp_config *cfg;
+#ifdef RINGPROF_HAVE_SAMPLER
+	struct rp_sampler *sampler;      /* ingest thread only, once started */
+	uint64_t sampler_lost_seen;
+	struct sample_ctx *sample_ctx;
+#endif
+	struct rp_collector_info sampler_info; /* guarded by lock */
 	pthread_mutex_t devices_lock;    /* serialises device creation */
 	struct device *devices[RP_MAX_DEVICES];
 	atomic_uint ndevices;            /* entries below it are immutable */
@@ -162,6 +171,120 @@ static int flush_all(struct rp_rings *r, unsigned n)
 	return status;
 }
 
+#ifdef RINGPROF_HAVE_SAMPLER
+/* Threads whose name is already in the host ring.  A sample carries its
+ * thread's comm, but names live in metadata events (repeated in every
+ * chunk by the drain), so a thread is named once, when first sampled.
+ * Open addressing; when it fills up it starts over, which only repeats
+ * names. */
+#define SEEN_SLOTS 8192
+struct sample_ctx {
+	struct rp_drain *host;
+	uint32_t seen[SEEN_SLOTS];
+	unsigned nseen;
+};
+
+static bool first_sight(struct sample_ctx *c, uint32_t tid)
+{
+	if (c->nseen >= SEEN_SLOTS / 2) {
+		memset(c->seen, 0, sizeof(c->seen));
+		c->nseen = 0;
+	}
+	for (uint32_t i = tid * 2654435761u % SEEN_SLOTS;; i = (i + 1) % SEEN_SLOTS) {
+		if (c->seen[i] == tid)
+			return false;
+		if (c->seen[i] == 0) {
+			c->seen[i] = tid;
+			c->nseen++;
+			return true;
+		}
+	}
+}
+
+static int add_sample(void *ctx, const struct rp_event *ev)
+{
+	struct sample_ctx *c = ctx;
+	if (ev->name && ev->tid && first_sight(c, ev->tid)) {
+		struct rp_event name = { .kind = ev->tid == ev->pid ? RP_EV_PROCESS_NAME : RP_EV_THREAD_NAME,
+					 .ts = ev->ts, .pid = ev->pid, .tid = ev->tid, .name = ev->name };
+		rp_drain_add(c->host, &name, NULL);
+		if (name.kind == RP_EV_PROCESS_NAME) { /* the main thread is named too */
+			name.kind = RP_EV_THREAD_NAME;
+			rp_drain_add(c->host, &name, NULL);
+		}
+	}
+	return rp_drain_add(c->host, ev, NULL);
+}
+#endif
+
+/* CPU samples go to the host ring (device 0); samples the BPF ring buffer
+ * lost become a drops event, so snapshots count them too. */
+static void poll_sampler(struct rp_rings *r)
+{
+#ifdef RINGPROF_HAVE_SAMPLER
+	if (!r->sampler)
+		return;
+	struct rp_drain *host = r->devices[0]->drain;
+	r->sample_ctx->host = host;
+	rp_sampler_poll(r->sampler, add_sample, r->sample_ctx);
+	struct rp_sampler_stats st;
+	rp_sampler_stats(r->sampler, &st);
+	if (st.lost > r->sampler_lost_seen) {
+		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = rp_clock_now_ns(),
+				       .u.drops.count = st.lost - r->sampler_lost_seen };
+		rp_drain_add(host, &ev, NULL);
+		r->sampler_lost_seen = st.lost;
+	}
+	pthread_mutex_lock(&r->lock);
+	r->sampler_info.events = st.samples;
+	r->sampler_info.lost = st.lost;
+	r->sampler_info.frequency_hz = st.frequency_hz;
+	pthread_mutex_unlock(&r->lock);
+#else
+	(void)r;
+#endif
+}
+
+/* The sampler is optional equipment: without the privileges or the build
+ * support the daemon runs on, and status says why. */
+static int start_sampler(struct rp_rings *r, struct rp_err *err)
+{
+	struct rp_collector_info *info = &r->sampler_info;
+	snprintf(info->name, sizeof(info->name), "cpu_sampler");
+	if (r->cfg->sampler_mode == RP_SAMPLER_OFF) {
+		snprintf(info->state, sizeof(info->state), "off");
+		snprintf(info->reason, sizeof(info->reason), "[sampler] enabled = false");
+		return 0;
+	}
+	struct rp_err serr = { 0 };
+	int rc;
+#ifdef RINGPROF_HAVE_SAMPLER
+	struct rp_sampler_opts so = {
+		.frequency_hz = r->cfg->sampler_hz,
+		.max_depth = r->cfg->sampler_depth,
+		.cgroup_path = r->cfg->sampler_cgroup[0] ? r->cfg->sampler_cgroup : NULL,
+	};
+	r->sample_ctx = calloc(1, sizeof(*r->sample_ctx));
+	rc = r->sample_ctx ? rp_sampler_open(&so, &r->sampler, &serr)
+			   : rp_err_set(&serr, -ENOMEM, "out of memory");
+#else
+	rc = rp_err_set(&serr, -ENOTSUP,
+			"this ringprofd was built without the eBPF sampler (bpftool, clang, libbpf "
+			"or kernel BTF were missing at build time): run scripts/install-deps.sh and rebuild");
+#endif
+	if (rc == 0) {
+		snprintf(info->state, sizeof(info->state), "running");
+		info->frequency_hz = r->cfg->sampler_hz;
+		return 0;
+	}
+	snprintf(info->state, sizeof(info->state), "disabled");
+	snprintf(info->reason, sizeof(info->reason), "%s", serr.msg);
+	if (r->cfg->sampler_mode == RP_SAMPLER_ON)
+		return rp_err_set(err, rc, "CPU sampler: %s", serr.msg);
+	fprintf(stderr, "ringprofd: CPU sampler disabled: %s\n", serr.msg);
+	return 0;
+}
+
 static void *ingest_main(void *arg)
 {
 	struct rp_rings *r = arg;
@@ -183,6 +306,7 @@ static void *ingest_main(void *arg)
 		unsigned n = atomic_load_explicit(&r->ndevices, memory_order_acquire);
 		uint64_t now = rp_clock_now_ns();
 		bool reap = now - last_reap >= REAP_INTERVAL_NS;
+		poll_sampler(r);
 		for (unsigned i = 0; i < n; i++) {
 			struct device *d = r->devices[i];
 			struct rp_err err = { 0 };
@@ -285,9 +409,23 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 		rc = recover_rings(r, err);
 	if (rc == 0)
 		rc = get_device(r, "host", &host, err);
+	if (rc == 0 && strcmp(r->devices[0]->name, "host") != 0) {
+		/* The sampler feeds device 0: keep the host ring there. */
+		for (unsigned i = 1; i < atomic_load(&r->ndevices); i++)
+			if (r->devices[i] == host) {
+				r->devices[i] = r->devices[0];
+				r->devices[0] = host;
+			}
+	}
+	if (rc == 0)
+		rc = start_sampler(r, err);
 	if (rc == 0 && (rc = -pthread_create(&r->thread, NULL, ingest_main, r)) < 0)
 		rp_err_set(err, rc, "cannot start the ingest thread: %s", strerror(-rc));
 	if (rc < 0) {
+#ifdef RINGPROF_HAVE_SAMPLER
+		rp_sampler_close(r->sampler);
+		free(r->sample_ctx);
+#endif
 		for (unsigned i = 0; i < atomic_load(&r->ndevices); i++) {
 			rp_drain_free(r->devices[i]->drain);
 			rp_ringfile_close(r->devices[i]->rf);
@@ -309,6 +447,10 @@ void rp_rings_stop(struct rp_rings *r)
 	pthread_cond_signal(&r->wake);
 	pthread_mutex_unlock(&r->lock);
 	pthread_join(r->thread, NULL);
+#ifdef RINGPROF_HAVE_SAMPLER
+	rp_sampler_close(r->sampler);
+	free(r->sample_ctx);
+#endif
 	for (struct pending *p = r->pending, *next; p; p = next) {
 		next = p->next;
 		rp_shmring_close(p->ring);
@@ -399,5 +541,15 @@ int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info)
 	pthread_mutex_lock(&d->stats_lock);
 	info->drain = d->stats;
 	pthread_mutex_unlock(&d->stats_lock);
+	return 0;
+}
+
+int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info)
+{
+	if (i > 0)
+		return -ENOENT;
+	pthread_mutex_lock(&r->lock);
+	*info = r->sampler_info;
+	pthread_mutex_unlock(&r->lock);
 	return 0;
 }

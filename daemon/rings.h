@@ -28,10 +28,22 @@ struct rp_ring_info {
 	struct rp_drain_stats drain;     /* as of the last ingest pass */
 };
 
+/* A collector inside the daemon (the eBPF CPU sampler). */
+struct rp_collector_info {
+	char name[32];
+	char state[16];         /* "running", "disabled" (could not start), "off" */
+	char reason[512];       /* why it is not running, and the fix */
+	uint64_t events;        /* handed to the ring */
+	uint64_t lost;          /* lost before reaching the ring */
+	unsigned frequency_hz;
+};
+
 struct rp_rings;
 
 /* Open (recovering) every ring file in cfg->state_dir, create the host
- * ring, and start the ingest thread. */
+ * ring, start the CPU sampler as configured (a sampler that cannot start
+ * is fatal only with [sampler] enabled = true), and start the ingest
+ * thread. */
 int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out,
 		   struct rp_err *err);
 /* Stop the ingest thread after a last flush, sync and close every ring. */
@@ -49,5 +61,7 @@ int rp_rings_flush(struct rp_rings *r, struct rp_err *err);
 unsigned rp_rings_count(struct rp_rings *r);
 /* Stats of device i (0 .. count-1); -ENOENT past the end. */
 int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info);
+/* Collector i (0 ..); -ENOENT past the end. */
+int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info);
 
 #endif

@@ -327,3 +327,30 @@ def test_device_ring_appears_when_a_collector_registers(tmp_path):
         assert {dev["device"] for dev in snap["devices"]} == {"host", "gpu0"}
     finally:
         d.stop()
+
+
+def test_cpu_samples_reach_snapshots(daemon):
+    if os.geteuid() != 0:
+        pytest.skip("the eBPF sampler needs root (or CAP_BPF and CAP_PERFMON)")
+    sampler = daemon.ok("GET", "/v1/status")["collectors"][0]
+    assert sampler["name"] == "cpu_sampler"
+    assert sampler["state"] == "running", sampler.get("reason")
+    busy = subprocess.Popen(["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
+    busy.wait(timeout=30)
+    snap = daemon.ok("POST", "/v1/snapshot", {"last": "3s"})
+    events = dump(snap["path"], all_events=True)
+    samples = [e for e in events if e["kind"] == "cpu_sample" and e["pid"] == busy.pid]
+    # 99 Hz for 1.5 s of one busy thread: about 148.
+    assert 70 <= len(samples) <= 200, len(samples)
+    # The sampled thread is named (its comm), even though it has exited.
+    names = {e["name"] for e in events if e["kind"] == "thread_name" and e["tid"] == busy.pid}
+    assert names == {"python3"}, names
+
+
+def test_sampler_can_be_turned_off(tmp_path):
+    d = Daemon(tmp_path, config="[sampler]\nenabled = false\n").start()
+    try:
+        sampler = d.ok("GET", "/v1/status")["collectors"][0]
+        assert sampler["state"] == "off" and sampler["events"] == 0
+    finally:
+        d.stop()
