@@ -14,6 +14,7 @@
 #include "api.h"
 #include "config.h"
 #include "control.h"
+#include "notify.h"
 #include "producers.h"
 #include "rings.h"
 
@@ -64,6 +65,14 @@ static int read_token(const char *path, char *token, size_t len)
 		return -1;
 	}
 	return 0;
+}
+
+/* The watchdog's liveness check: returns once the ingest thread has
+ * drained and written everything (at most one extra chunk per ring per
+ * ping), and blocks while it is stuck. */
+static int ingest_alive(void *rings, struct rp_err *err)
+{
+	return rp_rings_flush(rings, err);
 }
 
 /* Without --foreground: fork once set-up succeeded, so the shell gets an
@@ -164,6 +173,7 @@ int main(int argc, char **argv)
 	struct rp_control *control = NULL;
 	struct rp_producers *producers = NULL;
 	struct rp_api *api = NULL;
+	struct rp_notify *notify = NULL;
 	struct rp_api_opts api_opts = {
 		.socket_path = cfg.socket,
 		.tcp_listen = cfg.tcp_listen[0] ? cfg.tcp_listen : NULL,
@@ -179,6 +189,13 @@ int main(int argc, char **argv)
 		rc = rp_api_start(&api_opts, &rp_control_ops, control, &api, &err);
 	if (rc == 0)
 		rc = rp_producers_start(&cfg, rings, &producers, &err);
+	if (rc == 0) {
+		struct rp_notify_opts notify_opts = {
+			.alive = ingest_alive, .alive_ctx = rings,
+			.status = rp_control_ops.status, .status_ctx = control,
+		};
+		rc = rp_notify_start(&notify_opts, &notify, &err);
+	}
 	if (rc < 0) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 	} else {
@@ -208,6 +225,7 @@ int main(int argc, char **argv)
 			sigwait(&sigs, &sig);
 		fprintf(stderr, "ringprofd: %s: sealing the rings and exiting\n", strsignal(sig));
 	}
+	rp_notify_stop(notify);
 	rp_api_stop(api);
 	rp_producers_stop(producers);
 	rp_control_free(control);
