@@ -7,16 +7,11 @@
  * Each figure is the median of RUNS runs of PAIRS pairs (APPEND_PAIRS
  * for the append without timestamps).  The last line, "result: ...", has
  * a fixed form for scripts. */
-#include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +20,7 @@
 
 #ifdef HAVE_LTTNG_UST
 #include "append_tp.h"
+#include "lttng_session.h"
 #endif
 
 #define RUNS 9
@@ -203,42 +199,6 @@ static double bench_ringprof(double *runs, double *append_runs, double *append,
 }
 
 #ifdef HAVE_LTTNG_UST
-/* Runs cmd through the shell; returns its exit status, with the start of
- * its output (stdout and stderr) in out.  Output beyond cap is read and
- * discarded, so the command never blocks on a full pipe. */
-static int sh(const char *cmd, char *out, size_t cap)
-{
-	char full[1024], rest[4096];
-	snprintf(full, sizeof(full), "%s 2>&1", cmd);
-	FILE *f = popen(full, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(out, 1, cap - 1, f);
-	out[n] = 0;
-	while (fread(rest, 1, sizeof(rest), f) > 0)
-		;
-	int st = pclose(f);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static uint64_t tree_bytes;
-static int add_size(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)path;
-	(void)ftw;
-	if (type == FTW_F)
-		tree_bytes += (uint64_t)st->st_size;
-	return 0;
-}
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
 static double run_lttng(void)
 {
 	uint64_t t0 = rp_clock_now_ns();
@@ -249,113 +209,27 @@ static double run_lttng(void)
 	return (double)(rp_clock_now_ns() - t0) / (2.0 * PAIRS);
 }
 
-/* Waits up to ms for cond(), polling every 10 ms. */
-static bool wait_for(bool (*cond)(void), unsigned ms)
-{
-	for (unsigned waited = 0; !cond(); waited += 10) {
-		if (waited >= ms)
-			return false;
-		usleep(10000);
-	}
-	return true;
-}
-
-static bool app_registered(void)
-{
-	char out[65536], pid[32];
-	snprintf(pid, sizeof(pid), "PID: %d ", (int)getpid());
-	return sh("lttng list -u", out, sizeof(out)) == 0 && strstr(out, pid) &&
-	       strstr(out, "ringprof_bench:range_begin");
-}
-
-static bool probes_armed(void)
-{
-	return tracepoint_enabled(ringprof_bench, range_begin) &&
-	       tracepoint_enabled(ringprof_bench, range_end);
-}
-
-/* The session daemon this run started (read from its pid file), so it is
- * stopped again afterwards; 0 when one was running already. */
-static pid_t start_sessiond(char *why, size_t why_cap)
-{
-	char out[4096];
-	if (sh("lttng --version", out, sizeof(out)) != 0) {
-		snprintf(why, why_cap, "the lttng command is not available (install lttng-tools)");
-		return -1;
-	}
-	if (sh("lttng list", out, sizeof(out)) == 0)
-		return 0;
-	if (geteuid() != 0) {
-		snprintf(why, why_cap, "no LTTng session daemon runs and this is not root "
-			 "to start one (run lttng-sessiond --daemonize first)");
-		return -1;
-	}
-	if (sh("lttng-sessiond --daemonize", out, sizeof(out)) != 0) {
-		snprintf(why, why_cap, "lttng-sessiond --daemonize failed: %.900s", out);
-		return -1;
-	}
-	pid_t pid = 0;
-	FILE *f = fopen("/var/run/lttng/lttng-sessiond.pid", "r");
-	if (f) {
-		if (fscanf(f, "%d", &pid) != 1)
-			pid = 0;
-		fclose(f);
-	}
-	return pid;
-}
-
 /* Times the tracepoints into a snapshot session.  Returns the median ns
  * per event, or a negative value with the reason in why. */
 static double bench_lttng(double *runs, char *why, size_t why_cap, uint64_t *snapshot_bytes)
 {
-	char out[8192], cmd[512], dir[] = "/tmp/rpbench-lttng-XXXXXX";
-	double result = -1;
-	pid_t started = start_sessiond(why, why_cap);
-	if (started < 0)
+	struct bench_lttng l;
+	if (bench_lttng_start(&l, "rpbench", "/tmp", NULL, why, why_cap) < 0)
 		return -1;
-	if (!wait_for(app_registered, 10000)) {
-		snprintf(why, why_cap, "this process did not register with the LTTng session "
-			 "daemon within 10 s");
-		goto out;
-	}
-	if (!mkdtemp(dir)) {
-		snprintf(why, why_cap, "cannot create %s: %s", dir, strerror(errno));
-		goto out;
-	}
-	sh("lttng destroy rpbench", out, sizeof(out)); /* left by an aborted run */
-	snprintf(cmd, sizeof(cmd), "lttng create rpbench --snapshot --output=%s", dir);
-	if (sh(cmd, out, sizeof(out)) != 0 ||
-	    sh("lttng enable-event -u 'ringprof_bench:*' -s rpbench", out, sizeof(out)) != 0 ||
-	    sh("lttng start rpbench", out, sizeof(out)) != 0) {
-		snprintf(why, why_cap, "setting up the LTTng session failed: %.900s", out);
-		goto destroy;
-	}
-	if (!wait_for(probes_armed, 5000)) {
-		snprintf(why, why_cap, "the tracepoints were not enabled within 5 s of lttng start");
-		goto destroy;
-	}
 	run_lttng(); /* warm-up */
 	for (int i = 0; i < RUNS; i++)
 		runs[i] = run_lttng();
-	if (sh("lttng stop rpbench", out, sizeof(out)) != 0 ||
-	    sh("lttng snapshot record -s rpbench", out, sizeof(out)) != 0) {
-		snprintf(why, why_cap, "taking the LTTng snapshot failed: %.900s", out);
-		goto destroy;
+	char out[8192];
+	double seconds, result = -1;
+	if (bench_sh("lttng stop rpbench", out, sizeof(out)) != 0)
+		snprintf(why, why_cap, "lttng stop failed: %.900s", out);
+	else if (bench_lttng_snapshot(&l, &seconds, NULL, snapshot_bytes, why, why_cap) == 0) {
+		if (*snapshot_bytes == 0)
+			snprintf(why, why_cap, "the LTTng snapshot is empty: no event was recorded");
+		else
+			result = median(runs, RUNS);
 	}
-	tree_bytes = 0;
-	nftw(dir, add_size, 16, FTW_PHYS);
-	*snapshot_bytes = tree_bytes;
-	if (tree_bytes == 0) {
-		snprintf(why, why_cap, "the LTTng snapshot is empty: no event was recorded");
-		goto destroy;
-	}
-	result = median(runs, RUNS);
-destroy:
-	sh("lttng destroy rpbench", out, sizeof(out));
-	nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-out:
-	if (started > 0)
-		kill(started, SIGTERM);
+	bench_lttng_end(&l);
 	return result;
 }
 #endif

@@ -227,12 +227,11 @@ static int op_snapshot(void *ctx, const struct rp_snapshot_req *req, json_t **ou
 	o.start_ns = end > last ? end - last : 0;
 	o.end_ns = end;
 
-	int rc = rp_rings_flush(c->rings, err);
-	if (rc < 0)
-		return rc;
+	/* Pin the window first, then seal up to now (finish_session flushes):
+	 * from the pin on, nothing in the window can be overwritten. */
 	pthread_mutex_lock(&c->lock);
 	struct open_session *os;
-	rc = open_session(c, &o, &os, err);
+	int rc = open_session(c, &o, &os, err);
 	if (rc == 0) {
 		c->last_freeze_s = (double)(rp_clock_now_ns() - t_req) / 1e9;
 		os->next = c->open; /* listed while it is written */

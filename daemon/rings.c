@@ -294,7 +294,8 @@ static void *ingest_main(void *arg)
 	while (!r->stop) {
 		struct pending *pending = r->pending;
 		r->pending = NULL;
-		uint64_t flush_wanted = r->flush_requested;
+		/* Only requests not served yet: the counters only grow. */
+		uint64_t flush_wanted = r->flush_requested > r->flush_done ? r->flush_requested : 0;
 		pthread_mutex_unlock(&r->lock);
 
 		while (pending) {

@@ -977,6 +977,12 @@ int rp_ringfile_iter_next(struct rp_ringfile_iter *it, const void **chunk, size_
 	return 0;
 }
 
+void rp_ringfile_iter_skip_below(struct rp_ringfile_iter *it, uint64_t seq)
+{
+	while (it->pos < it->n && it->items[it->pos].seq < seq)
+		it->pos++;
+}
+
 void rp_ringfile_iter_free(struct rp_ringfile_iter *it)
 {
 	if (!it)

@@ -104,6 +104,9 @@ int rp_ringfile_iter_new(struct rp_ringfile *rf, uint64_t t0, uint64_t t1,
 int rp_ringfile_iter_next(struct rp_ringfile_iter *it, const void **chunk,
 			  size_t *len, struct rp_chunk_header *hdr);
 void rp_ringfile_iter_free(struct rp_ringfile_iter *it);
+/* Pass over, without reading them, the chunks below seq (a reader that
+ * already has them). */
+void rp_ringfile_iter_skip_below(struct rp_ringfile_iter *it, uint64_t seq);
 
 /* Pins keep chunks from being lost to wrap-around while a snapshot copies
  * them out.  Before the writer overwrites a chunk whose seq lies in

@@ -545,6 +545,13 @@ static int write_chunk(struct rp_session *s, struct device *d, const void *chunk
 	rc = write_all(d->fd, chunk, len);
 	if (rc < 0)
 		return write_error(err, -rc, d->file);
+	/* Start write-back of every full 8 MiB as the copy goes, so that the
+	 * closing fsync finds little left to do and disk writes overlap the
+	 * reads from the ring. */
+	enum { WRITEBACK_STEP = 8 << 20 };
+	if ((d->off + len) / WRITEBACK_STEP != d->off / WRITEBACK_STEP)
+		sync_file_range(d->fd, (off_t)((d->off + len) / WRITEBACK_STEP - 1) * WRITEBACK_STEP,
+				WRITEBACK_STEP, SYNC_FILE_RANGE_WRITE);
 	d->off += len;
 	d->chunks++;
 	d->events += events;
@@ -652,6 +659,7 @@ static int pump_device(struct rp_session *s, struct device *d, bool final, struc
 	size_t len;
 	struct rp_chunk_header h;
 	bool held = false;
+	rp_ringfile_iter_skip_below(it, atomic_load(&d->cursor));
 	for (;;) {
 		int r = rp_ringfile_iter_next(it, &chunk, &len, &h);
 		if (r < 0)
