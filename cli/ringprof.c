@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +26,13 @@
 #define POLL_INTERVAL_MS 100
 /* How long past its duration a capture may take to complete. */
 #define CAPTURE_GRACE_NS 30000000000ull
+/* Hosts asked at once by snapshot --hosts. */
+#define FANOUT_THREADS 64
 
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	N_OPTS
+	O_HOSTS, O_TOKEN_FILE, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -44,6 +48,8 @@ static const struct option all_options[N_OPTS] = {
 	[O_JSON] = { "json", no_argument, NULL, OPT_BASE + O_JSON },
 	[O_HELP] = { "help", no_argument, NULL, 'h' },
 	[O_VERSION] = { "version", no_argument, NULL, OPT_BASE + O_VERSION },
+	[O_HOSTS] = { "hosts", required_argument, NULL, OPT_BASE + O_HOSTS },
+	[O_TOKEN_FILE] = { "token-file", required_argument, NULL, OPT_BASE + O_TOKEN_FILE },
 };
 
 #define BIT(o) (1u << (o))
@@ -79,6 +85,8 @@ static const char global_usage[] =
 	"  stop ID    stop a session and show what it holds\n"
 	"  capture    record for --duration and wait for the result\n"
 	"  sessions   list sessions\n"
+	"  summary S  what a session holds\n"
+	"  keep ID    keep a session: retention never deletes it\n"
 	"\n"
 	"options:\n"
 	"  --socket PATH  ringprofd's socket (default %s, from $RINGPROF_SOCKET when set)\n"
@@ -88,7 +96,7 @@ static const char global_usage[] =
 
 static const char short_usage[] =
 	"usage: ringprof [--socket PATH] [--json] COMMAND [OPTIONS]\n"
-	"commands: status, snapshot, start, stop, capture, sessions\n"
+	"commands: status, snapshot, start, stop, capture, sessions, summary, keep\n"
 	"Try 'ringprof --help'.\n";
 
 static void print_global_usage(void)
@@ -219,22 +227,6 @@ static const char *jstr(const json_t *o, const char *key)
 	return s ? s : "-";
 }
 
-static void fmt_size(uint64_t bytes, char *out, size_t len)
-{
-	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
-	if (bytes < 1024) {
-		snprintf(out, len, "%llu B", (unsigned long long)bytes);
-		return;
-	}
-	double v = (double)bytes / 1024;
-	size_t u = 0;
-	while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(out, len, "%.1f %s", v, units[u]);
-}
-
 /* A length for people: to the millisecond once over one; "-" for none. */
 static void fmt_len(uint64_t ns, char *out, size_t len)
 {
@@ -358,7 +350,7 @@ static int print_session(const json_t *s)
 			snprintf(ev, sizeof(ev), "%lld", (long long)jint(d, "events"));
 			snprintf(ch, sizeof(ch), "%lld", (long long)jint(d, "chunks"));
 			snprintf(dr, sizeof(dr), "%lld", (long long)jint(d, "dropped"));
-			fmt_size((uint64_t)jint(d, "bytes"), sz, sizeof(sz));
+			rp_format_size((uint64_t)jint(d, "bytes"), sz, sizeof(sz));
 			table_row(&t, jstr(d, "device"), ev, ch, dr, sz);
 		}
 		putchar('\n');
@@ -449,8 +441,8 @@ static int cmd_status(const struct command *cmd, struct args *a)
 		snprintf(ev, sizeof(ev), "%lld", (long long)jint(ring, "events"));
 		snprintf(dr, sizeof(dr), "%lld", (long long)jint(ring, "dropped"));
 		snprintf(pr, sizeof(pr), "%lld", (long long)jint(ring, "producers"));
-		fmt_size((uint64_t)jint(ring, "bytes_used"), used, sizeof(used));
-		fmt_size((uint64_t)jint(ring, "budget_bytes"), budget, sizeof(budget));
+		rp_format_size((uint64_t)jint(ring, "bytes_used"), used, sizeof(used));
+		rp_format_size((uint64_t)jint(ring, "budget_bytes"), budget, sizeof(budget));
 		snprintf(both, sizeof(both), "%s of %s", used, budget);
 		table_row(&t, jstr(ring, "device"), fill, hor, ev, dr, pr, both);
 	}
@@ -479,22 +471,191 @@ static int show_session(const struct args *a, json_t *s)
 	return rc;
 }
 
+/* One host of snapshot --hosts: its request and what came back. */
+struct host_call {
+	const char *host;         /* as given: "trainer-07:7070" */
+	char *base_url;
+	json_t *body;             /* each thread encodes its own copy */
+	json_t *session;          /* the answer */
+	struct rp_err err;
+	int rc;
+};
+
+struct fanout {
+	struct host_call *calls;
+	size_t n;
+	const char *token;
+	atomic_size_t next;
+};
+
+static void *fanout_worker(void *arg)
+{
+	struct fanout *f = arg;
+	for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->n;) {
+		struct host_call *h = &f->calls[i];
+		struct rp_client_opts co = { .base_url = h->base_url, .token = f->token,
+					     .client_name = "cli" };
+		struct rp_client *client;
+		h->rc = rp_client_new(&co, &client, &h->err);
+		if (h->rc == 0) {
+			h->rc = rp_client_call(client, "POST", "/v1/snapshot", h->body, &h->session,
+					       &h->err);
+			rp_client_free(client);
+		}
+		if (h->rc == 0 && !strcmp(jstr(h->session, "state"), "failed"))
+			h->rc = rp_err_set(&h->err, -EIO, "session %s failed: %s", jstr(h->session, "id"),
+					   jstr(h->session, "error"));
+	}
+	return NULL;
+}
+
+/* "host:port" (or a URL) -> base URL. */
+static char *base_url_of(const char *host)
+{
+	char *url;
+	if (strstr(host, "://"))
+		return strdup(host);
+	return asprintf(&url, "http://%s", host) < 0 ? NULL : url;
+}
+
+/* Ask every host, FANOUT_THREADS at a time; -errno when no thread starts. */
+static int run_fanout(struct fanout *f)
+{
+	pthread_t threads[FANOUT_THREADS];
+	size_t n = 0;
+	int rc = 0;
+	while (n < f->n && n < FANOUT_THREADS &&
+	       (rc = pthread_create(&threads[n], NULL, fanout_worker, f)) == 0)
+		n++;
+	for (size_t i = 0; i < n; i++)
+		pthread_join(threads[i], NULL);
+	return n ? 0 : -rc;
+}
+
+/* Each host's session path or error, as a table or JSON; the exit status. */
+static int report_hosts(const struct args *a, const struct fanout *f)
+{
+	size_t failed = 0;
+	json_t *results = json_array();
+	struct table t = { .align = "ll", .ncols = 2 };
+	table_row(&t, "HOST", "RESULT");
+	for (size_t i = 0; i < f->n; i++) {
+		const struct host_call *h = &f->calls[i];
+		json_t *r = json_pack("{s:s}", "host", h->host);
+		if (h->rc < 0) {
+			failed++;
+			json_object_set_new(r, "error", json_string(h->err.msg));
+			table_row(&t, h->host, h->err.msg);
+		} else {
+			json_object_set(r, "session", h->session);
+			table_row(&t, h->host, jstr(h->session, "path"));
+		}
+		json_array_append_new(results, r);
+	}
+	if (a->val[O_JSON]) {
+		json_t *doc = json_pack("{s:O}", "hosts", results);
+		print_json(doc);
+		json_decref(doc);
+	} else {
+		table_print(&t);
+	}
+	if (failed)
+		fprintf(stderr, "ringprof: %zu of %zu hosts failed\n", failed, f->n);
+	table_free(&t);
+	json_decref(results);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+/* The same snapshot on every host of --hosts at once: one window (body
+ * holds its absolute end) and one name, so that hosts sharing a log
+ * directory write one session.  A host that fails does not stop the
+ * others. */
+static int snapshot_hosts(const struct command *cmd, struct args *a, json_t *body)
+{
+	char token[256];
+	struct rp_err err = { 0 };
+	const char *env = getenv("RINGPROF_TOKEN");
+	if (a->val[O_TOKEN_FILE]) {
+		if (rp_client_read_token(a->val[O_TOKEN_FILE], token, sizeof(token), &err) < 0)
+			return bad_value(cmd, "--token-file", &err);
+	} else if (env && *env) {
+		snprintf(token, sizeof(token), "%s", env);
+	} else {
+		return usage_error(cmd, "--hosts talks TCP, which needs the daemons' bearer token: "
+				   "give --token-file FILE or set RINGPROF_TOKEN");
+	}
+	struct fanout f = { .token = token };
+	char *list = strdup(a->val[O_HOSTS]), *save = NULL;
+	bool oom = !list;
+	for (char *h = list ? strtok_r(list, ",", &save) : NULL; h && !oom;
+	     h = strtok_r(NULL, ",", &save)) {
+		struct host_call *grown = realloc(f.calls, (f.n + 1) * sizeof(*grown));
+		oom = !grown;
+		if (grown) {
+			f.calls = grown;
+			struct host_call *c = &f.calls[f.n++];
+			*c = (struct host_call){ .host = h, .base_url = base_url_of(h),
+						 .body = json_deep_copy(body) };
+			oom = !c->base_url || !c->body;
+		}
+	}
+	int rc;
+	if (oom) {
+		perror("ringprof");
+		rc = EXIT_FAILURE;
+	} else if (!f.n) {
+		rc = usage_error(cmd, "--hosts names no host: give host:port[,host:port...]");
+	} else if ((rc = run_fanout(&f)) < 0) {
+		fprintf(stderr, "ringprof: cannot start threads: %s\n", strerror(-rc));
+		rc = EXIT_FAILURE;
+	} else {
+		rc = report_hosts(a, &f);
+	}
+	for (size_t i = 0; i < f.n; i++) {
+		free(f.calls[i].base_url);
+		json_decref(f.calls[i].body);
+		json_decref(f.calls[i].session);
+	}
+	free(f.calls);
+	free(list);
+	return rc;
+}
+
 static int cmd_snapshot(const struct command *cmd, struct args *a)
 {
 	uint64_t ns;
 	int64_t end = 0;
 	struct rp_err err = { 0 };
 	int rc;
+	bool hosts = a->val[O_HOSTS] != NULL;
+	if (hosts && a->val[O_SOCKET])
+		return usage_error(cmd, "give --socket or --hosts, not both");
 	if (a->val[O_LAST] && (rc = check_duration(cmd, "--last", a->val[O_LAST], &ns)) >= 0)
 		return rc;
 	if (a->val[O_END] && rp_parse_time(a->val[O_END], &end, &err) < 0)
 		return bad_value(cmd, "--end", &err);
+	/* Every host freezes the same wall-clock window: "now" is taken here,
+	 * once, and so is the name. */
+	if (hosts && !a->val[O_END]) {
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		end = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+	}
 	json_t *body = json_object(), *s = NULL;
 	if (a->val[O_LAST])
 		json_object_set_new(body, "last", json_string(a->val[O_LAST]));
-	if (a->val[O_END])
+	if (a->val[O_END] || hosts)
 		json_object_set_new(body, "end", json_integer(end));
 	if ((rc = add_naming(cmd, a, body)) >= 0) {
+		json_decref(body);
+		return rc;
+	}
+	if (hosts) {
+		char id[32];
+		rp_session_id_from_time(end, id);
+		if (!a->val[O_NAME])
+			json_object_set_new(body, "name", json_string(id));
+		rc = snapshot_hosts(cmd, a, body);
 		json_decref(body);
 		return rc;
 	}
@@ -533,16 +694,36 @@ static int session_path(const struct command *cmd, const char *id, const char *s
 	return -1;
 }
 
-static int cmd_stop(const struct command *cmd, struct args *a)
+/* POST /v1/sessions/ID<suffix> for the command's ID; the exit status,
+ * and on success the answer in *s. */
+static int post_to_session(const struct command *cmd, struct args *a, const char *suffix,
+			   json_t **s)
 {
 	char path[128];
-	int rc = session_path(cmd, a->pos[0], "/stop", path, sizeof(path));
-	if (rc >= 0)
-		return rc;
+	int rc = session_path(cmd, a->pos[0], suffix, path, sizeof(path));
+	return rc >= 0 ? rc : call(a, "POST", path, NULL, s);
+}
+
+static int cmd_stop(const struct command *cmd, struct args *a)
+{
 	json_t *s = NULL;
-	if ((rc = call(a, "POST", path, NULL, &s)))
+	int rc = post_to_session(cmd, a, "/stop", &s);
+	return rc ? rc : show_session(a, s);
+}
+
+static int cmd_keep(const struct command *cmd, struct args *a)
+{
+	json_t *s = NULL;
+	int rc = post_to_session(cmd, a, "/keep", &s);
+	if (rc)
 		return rc;
-	return show_session(a, s);
+	if (a->val[O_JSON])
+		print_json(s);
+	else
+		printf("kept %s: retention will not delete it (remove %s/KEEP to undo)\n",
+		       jstr(s, "id"), jstr(s, "path"));
+	json_decref(s);
+	return EXIT_SUCCESS;
 }
 
 static uint64_t mono_ns(void)
@@ -613,8 +794,8 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 		json_decref(r);
 		return EXIT_SUCCESS;
 	}
-	struct table t = { .align = "llllrrl", .ncols = 7 };
-	table_row(&t, "ID", "RUN", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
+	struct table t = { .align = "lllllrrl", .ncols = 8 };
+	table_row(&t, "ID", "RUN", "HOST", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
 	size_t i, k;
 	const json_t *s, *d;
 	json_array_foreach(list, i, s) {
@@ -629,8 +810,11 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 				total += jint(d, "events");
 			snprintf(ev, sizeof(ev), "%lld", total);
 		}
-		table_row(&t, jstr(s, "id"), jstr(s, "run"), jstr(s, "kind"), jstr(s, "state"), win, ev,
-			  jstr(s, "path"));
+		char state[32];
+		snprintf(state, sizeof(state), "%s%s", jstr(s, "state"),
+			 json_is_true(json_object_get(s, "keep")) ? ",kept" : "");
+		table_row(&t, jstr(s, "id"), jstr(s, "run"), jstr(s, "host"), jstr(s, "kind"), state,
+			  win, ev, jstr(s, "path"));
 	}
 	table_print(&t);
 	table_free(&t);
@@ -668,14 +852,23 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 
 static const struct command commands[] = {
 	{ "status", "", "Show the rings and open sessions.\n\n", COMMON_OPTS, 0, cmd_status },
-	{ "snapshot", "[--last 30s] [--end TIME] [--name N] [--run R] [--reason TEXT]",
+	{ "snapshot", "[--last 30s] [--end TIME] [--name N] [--run R] [--reason TEXT]\n"
+	  "                        [--hosts H:PORT,... [--token-file F]]",
 	  "Save the recent past as a session on disk.\n\n"
 	  "  --last DURATION   how far back (500ms, 30s, 5m; default: the daemon's)\n"
 	  "  --end TIME        window end: RFC 3339 or Unix ns (default: now)\n"
 	  "  --name N          session id (default: from the time)\n"
 	  "  --run R           run directory the session goes into\n"
-	  "  --reason TEXT     why, kept with the session\n",
-	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END), 0, cmd_snapshot },
+	  "  --reason TEXT     why, kept with the session\n"
+	  "  --hosts LIST      the same window on every daemon of LIST (host:port of\n"
+	  "                    their [api] tcp_listen, comma-separated), at once; the\n"
+	  "                    end defaults to now here and the name to one from it,\n"
+	  "                    so hosts sharing a log directory write one session.\n"
+	  "                    Prints each host's session path or error; exit 1 when\n"
+	  "                    any host failed\n"
+	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n",
+	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE),
+	  0, cmd_snapshot },
 	{ "start", "[--name N] [--run R] [--reason TEXT]",
 	  "Start a session now and print its id; end it with 'ringprof stop ID'.\n\n"
 	  "  --name N          session id (default: from the time)\n"
@@ -690,10 +883,15 @@ static const struct command commands[] = {
 	  "  --run R           run directory the session goes into\n"
 	  "  --reason TEXT     why, kept with the session\n",
 	  COMMON_OPTS | NAMING_OPTS | BIT(O_DURATION), 0, cmd_capture },
-	{ "sessions", "", "List the sessions, oldest first.\n\n", COMMON_OPTS, 0, cmd_sessions },
+	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
+	  COMMON_OPTS, 0, cmd_sessions },
+	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },
 	{ "summary", "SESSION",
 	  "Summarise a session: window, events per device, annotation ranges\n"
-	  "(count, mean, p50, p99, max), counters, instants and drops.\n"
+	  "(count, mean, p50, p99, max), counters, instants, drops, the top\n"
+	  "functions of the CPU samples (self and total; symbolized here, so run\n"
+	  "it on the recording host, as root for kernel names) and CPU time per\n"
+	  "process; each host's part in turn when several hosts wrote it.\n"
 	  "SESSION is a session id or the path of a session directory.\n\n",
 	  COMMON_OPTS, 1, cmd_summary },
 };

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alerts.h"
 #include "parse.h"
 
 #define MAX_CONNECTIONS 64
@@ -25,7 +26,10 @@
  * a session to disk) before closing their connections. */
 #define DRAIN_TIMEOUT_S 30
 
-enum op { OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS };
+enum op {
+	OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS,
+	OP_ALERTMANAGER, OP_KEEP,
+};
 
 struct rp_api;
 
@@ -167,7 +171,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, int rc, json_t *out,
 
 /* ---- request bodies ---- */
 
-static const char *type_name(const json_t *v)
+const char *rp_api_type_name(const json_t *v)
 {
 	switch (json_typeof(v)) {
 	case JSON_OBJECT:
@@ -204,7 +208,7 @@ static int parse_body(const struct request *rq, const char *resource, const char
 				  je.line, je.column, je.text);
 	if (!json_is_object(j)) {
 		rp_err_set(err, -EINVAL, "the request body is %s: send a JSON object such as {\"name\": \"warmup\"}",
-			   type_name(j));
+			   rp_api_type_name(j));
 		json_decref(j);
 		return -EINVAL;
 	}
@@ -240,7 +244,7 @@ static int string_field(const json_t *obj, const char *field, const char **s, st
 	if (!v)
 		return 0;
 	if (!json_is_string(v))
-		return rp_err_set(err, -EINVAL, "field '%s' must be a string, not %s", field, type_name(v));
+		return rp_err_set(err, -EINVAL, "field '%s' must be a string, not %s", field, rp_api_type_name(v));
 	*s = json_string_value(v);
 	return 1;
 }
@@ -310,7 +314,7 @@ static int duration_field(const struct rp_api *api, const json_t *obj, const cha
 	if (!json_is_number(v))
 		return rp_err_set(err, -EINVAL,
 				  "field '%s' must be a duration such as \"30s\" or a number of seconds, not %s",
-				  field, type_name(v));
+				  field, rp_api_type_name(v));
 	double s = json_number_value(v);
 	if (!(s > 0))
 		return rp_err_set(err, -EINVAL,
@@ -339,7 +343,7 @@ static int last_ns_field(const struct rp_api *api, const json_t *obj, uint64_t *
 		return rp_err_set(err, -EINVAL, "both 'last' and 'last_ns' given: give one of them");
 	if (!json_is_integer(v))
 		return rp_err_set(err, -EINVAL, "field 'last_ns' must be an integer number of nanoseconds, not %s",
-				  type_name(v));
+				  rp_api_type_name(v));
 	json_int_t n = json_integer_value(v);
 	if (n <= 0)
 		return rp_err_set(err, -EINVAL,
@@ -375,7 +379,7 @@ static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_e
 	} else {
 		return rp_err_set(err, -EINVAL,
 				  "field 'end' must be an RFC 3339 time such as \"2026-11-22T14:03:07Z\" or integer Unix nanoseconds, not %s",
-				  type_name(v));
+				  rp_api_type_name(v));
 	}
 	int64_t now = wall_now_ns();
 	if (wall > now + 1000000000) {
@@ -467,6 +471,8 @@ static bool resolve(const char *url, struct resource *r)
 		r->post = OP_START;
 	} else if (!strcmp(url, "/metrics")) {
 		r->get = OP_METRICS;
+	} else if (!strcmp(url, "/v1/alertmanager")) {
+		r->post = OP_ALERTMANAGER;
 	} else if (!strncmp(url, sessions, sizeof(sessions) - 1)) {
 		r->id = url + sizeof(sessions) - 1;
 		const char *slash = strchr(r->id, '/');
@@ -477,6 +483,8 @@ static bool resolve(const char *url, struct resource *r)
 			r->get = OP_GET;
 		else if (!strcmp(slash, "/stop"))
 			r->post = OP_STOP;
+		else if (!strcmp(slash, "/keep"))
+			r->post = OP_KEEP;
 		else
 			return false;
 	} else {
@@ -529,7 +537,7 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 	struct rp_err e;
 	if (!resolve(url, &r)) {
 		rp_err_set(&e, -ENOENT,
-			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop and /metrics",
+			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop, /v1/sessions/ID/keep, /v1/alertmanager and /metrics",
 			   url);
 		return send_error(c, MHD_HTTP_NOT_FOUND, e.msg);
 	}
@@ -591,15 +599,18 @@ static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, st
 		if (rc == 0)
 			rc = ops->session_get(api->ctx, rq->id, &out, &err);
 		return reply(c, rc, out, &err, MHD_HTTP_OK);
-	case OP_STOP: {
+	case OP_STOP:
+	case OP_KEEP: {
 		static const char *const none[] = { NULL };
+		bool stop = rq->op == OP_STOP;
 		json_t *body = NULL;
-		rc = parse_body(rq, "POST /v1/sessions/ID/stop", none, &body, &err);
+		rc = parse_body(rq, stop ? "POST /v1/sessions/ID/stop" : "POST /v1/sessions/ID/keep",
+				none, &body, &err);
 		json_decref(body);
 		if (rc == 0)
 			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
 		if (rc == 0)
-			rc = ops->session_stop(api->ctx, rq->id, &out, &err);
+			rc = (stop ? ops->session_stop : ops->session_keep)(api->ctx, rq->id, &out, &err);
 		return reply(c, rc, out, &err, MHD_HTTP_OK);
 	}
 	case OP_SNAPSHOT: {
@@ -629,6 +640,16 @@ static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, st
 			return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 					  "the daemon produced no metrics: this is a bug in ringprofd, please report it");
 		return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+	}
+	case OP_ALERTMANAGER: {
+		/* Alertmanager's payload, not ours: parsed leniently (alerts.h). */
+		struct rp_alert_batch alerts;
+		rc = rp_alerts_parse(rq->body, rq->len, &alerts, &err);
+		if (rc == 0) {
+			rc = ops->alertmanager(api->ctx, &alerts, &out, &err);
+			rp_alerts_free(&alerts);
+		}
+		return reply(c, rc, out, &err, MHD_HTTP_OK);
 	}
 	case OP_NONE:
 		break;

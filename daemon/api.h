@@ -12,6 +12,8 @@
 #include "err.h"
 
 #define RP_API_BODY_MAX (64 * 1024)
+
+struct rp_alert_batch; /* alerts.h */
 #define RP_NAME_LEN 64
 
 struct rp_snapshot_req {
@@ -43,10 +45,15 @@ struct rp_api_ops {
 	int (*session_start)(void *ctx, const struct rp_session_req *req, json_t **out,
 			     struct rp_err *err);
 	int (*session_stop)(void *ctx, const char *id, json_t **out, struct rp_err *err);
+	/* Marks the session kept: retention never deletes it. */
+	int (*session_keep)(void *ctx, const char *id, json_t **out, struct rp_err *err);
 	int (*session_list)(void *ctx, json_t **out, struct rp_err *err);
 	int (*session_get)(void *ctx, const char *id, json_t **out, struct rp_err *err);
 	/* Prometheus text; *text is malloc'ed, the API frees it. */
 	int (*metrics)(void *ctx, char **text, struct rp_err *err);
+	/* An Alertmanager notification: {"snapshots": [...], "skipped": [...]}. */
+	int (*alertmanager)(void *ctx, const struct rp_alert_batch *alerts, json_t **out,
+			    struct rp_err *err);
 };
 
 struct rp_api_opts {
@@ -62,5 +69,8 @@ int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops,
 		 void *ctx, struct rp_api **out, struct rp_err *err);
 /* Stops accepting, finishes requests in progress, removes the socket. */
 void rp_api_stop(struct rp_api *api);
+
+/* "an object", "a string", ...: a JSON value's type, for messages. */
+const char *rp_api_type_name(const json_t *v);
 
 #endif

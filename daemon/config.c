@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <ini.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +36,29 @@ void rp_config_defaults(struct rp_config *c)
 	c->ring_default.slot_size = 128 * KiB;
 	c->sampler_hz = 99; /* off the 100 Hz of periodic timers, like perf -F 99 */
 	c->sampler_depth = 127;
+	c->host_metrics_enabled = true;
+	c->host_metrics_interval_ns = SEC;
 	c->producer_ring_size = MiB;
 	snprintf(c->default_run, sizeof(c->default_run), "default");
 	c->default_last_ns = 30 * SEC;
 	c->max_duration_ns = 3600 * SEC;
+	c->sessions_max_bytes = 10 * 1024 * MiB;
+	c->sessions_max_count = 1000;
+	c->alerts = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 10 * SEC,
+						.cooldown_ns = 600 * SEC, .max_per_hour = 20 };
+	snprintf(c->alert_run_label, sizeof(c->alert_run_label), "job");
+}
+
+/* A [rule.NAME] section starts from these. */
+static void rule_defaults(struct rp_rule_config *r, const char *name)
+{
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	r->factor = 3;
+	r->window = 50;
+	r->for_ns = 10 * SEC;
+	r->trigger = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 5 * SEC,
+						 .cooldown_ns = 600 * SEC, .max_per_hour = 20 };
 }
 
 /* ---- value parsers: each fills err with the problem in the value ---- */
@@ -217,6 +237,22 @@ static int set_ring_size(struct rp_config *c, struct rp_ring_config *r, const ch
 	return 0;
 }
 
+/* Empty: the system's host name.  A name, as it goes into file names. */
+static int set_host_name(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			 struct rp_err *err)
+{
+	(void)r;
+	int rc = *v ? rp_check_name(v, NAME_MAX_LEN, "host name", err) : 0;
+	return rc ? rc : set_string(c->host_name, sizeof(c->host_name), v, true, err);
+}
+
+static int set_sessions_max_bytes(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				  struct rp_err *err)
+{
+	(void)r;
+	return size_in(v, 0, UINT64_MAX, &c->sessions_max_bytes, err);
+}
+
 static int set_default_run(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			   struct rp_err *err)
 {
@@ -271,6 +307,23 @@ static int set_sampler_depth(struct rp_config *c, struct rp_ring_config *r, cons
 	return uint_in(v, 1, 127, &c->sampler_depth, err);
 }
 
+static int set_host_metrics_enabled(struct rp_config *c, struct rp_ring_config *r,
+				    const char *v, struct rp_err *err)
+{
+	(void)r;
+	if (strcmp(v, "true") && strcmp(v, "false"))
+		return rp_err_set(err, -EINVAL, "'%s' is not one of true, false", v);
+	c->host_metrics_enabled = !strcmp(v, "true");
+	return 0;
+}
+
+static int set_host_metrics_interval(struct rp_config *c, struct rp_ring_config *r,
+				     const char *v, struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 10 * MS, 3600 * SEC, &c->host_metrics_interval_ns, err);
+}
+
 static int set_sampler_cgroup(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			      struct rp_err *err)
 {
@@ -294,6 +347,165 @@ static int set_max_duration(struct rp_config *c, struct rp_ring_config *r, const
 	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->max_duration_ns, err);
 }
 
+static int set_sessions_max_count(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				  struct rp_err *err)
+{
+	(void)r;
+	return uint_in(v, 0, 100000000, &c->sessions_max_count, err);
+}
+
+static int set_alert_before(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			    struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->alerts.before_ns, err);
+}
+
+static int set_alert_after(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			   struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->alerts.after_ns, err);
+}
+
+static int set_alert_cooldown(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			      struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->alerts.cooldown_ns, err);
+}
+
+static int set_alert_max_per_hour(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				  struct rp_err *err)
+{
+	(void)r;
+	return uint_in(v, 1, 3600, &c->alerts.max_per_hour, err);
+}
+
+/* A Prometheus label name: [A-Za-z_][A-Za-z0-9_]*. */
+static int set_run_label(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			 struct rp_err *err)
+{
+	(void)r;
+	bool ok = *v && !(*v >= '0' && *v <= '9') && strlen(v) < sizeof(c->alert_run_label);
+	for (const char *p = v; ok && *p; p++)
+		ok = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		     (*p >= '0' && *p <= '9');
+	if (!ok)
+		return rp_err_set(err, -EINVAL,
+				  "'%s' is not a label name: use letters, digits and '_', not starting "
+				  "with a digit, e.g. job",
+				  v);
+	return set_string(c->alert_run_label, sizeof(c->alert_run_label), v, false, err);
+}
+
+/* ---- [rule.NAME] keys: each sets a field of its section's rule ---- */
+
+typedef int (*rule_setter)(struct rp_rule_config *r, const char *value, struct rp_err *err);
+
+static const char *const rule_types[] = {
+	[RP_RULE_SLOW_RANGE] = "slow_range", [RP_RULE_COUNTER_ABOVE] = "counter_above",
+};
+
+static int set_rule_type(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	for (int t = RP_RULE_SLOW_RANGE; t <= RP_RULE_COUNTER_ABOVE; t++)
+		if (!strcmp(v, rule_types[t])) {
+			r->type = (enum rp_rule_type)t;
+			return 0;
+		}
+	return rp_err_set(err, -EINVAL, "'%s' is not one of slow_range, counter_above", v);
+}
+
+static int set_rule_range(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	if (!*v)
+		return rp_err_set(err, -EINVAL, "empty value; give the range's name, e.g. train_step");
+	return set_string(r->range, sizeof(r->range), v, false, err);
+}
+
+static int set_rule_counter(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	if (!*v)
+		return rp_err_set(err, -EINVAL, "empty value; give the counter's name, e.g. gpu_temp");
+	return set_string(r->counter, sizeof(r->counter), v, false, err);
+}
+
+static int number(const char *v, double *out, struct rp_err *err)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(v, &end);
+	if (!*v || *end || errno || !isfinite(d))
+		return rp_err_set(err, -EINVAL, "'%s' is not a finite number", v);
+	*out = d;
+	return 0;
+}
+
+static int set_rule_factor(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	double d;
+	int rc = number(v, &d, err);
+	if (rc)
+		return rc;
+	if (d <= 1 || d > 1000)
+		return rp_err_set(err, -ERANGE, "'%s' is outside (1, 1000]: a range slower than its median "
+				  "by this factor fires, e.g. 3", v);
+	r->factor = d;
+	return 0;
+}
+
+static int set_rule_window(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	return uint_in(v, 1, 1000, &r->window, err);
+}
+
+static int set_rule_threshold(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	int rc = number(v, &r->threshold, err);
+	if (rc == 0)
+		r->has_threshold = true;
+	return rc;
+}
+
+static int set_rule_for(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->for_ns, err);
+}
+
+static int set_rule_before(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->trigger.before_ns, err);
+}
+
+static int set_rule_after(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->trigger.after_ns, err);
+}
+
+static int set_rule_cooldown(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->trigger.cooldown_ns, err);
+}
+
+static int set_rule_max_per_hour(struct rp_rule_config *r, const char *v, struct rp_err *err)
+{
+	return uint_in(v, 1, 3600, &r->trigger.max_per_hour, err);
+}
+
+static const struct rule_key {
+	const char *name;
+	rule_setter set;
+} rule_keys[] = {
+	{"type", set_rule_type},       {"range", set_rule_range},
+	{"factor", set_rule_factor},   {"window", set_rule_window},
+	{"counter", set_rule_counter}, {"threshold", set_rule_threshold},
+	{"for", set_rule_for},         {"before", set_rule_before},
+	{"after", set_rule_after},     {"cooldown", set_rule_cooldown},
+	{"max_per_hour", set_rule_max_per_hour},
+};
+#define N_RULE_KEYS (sizeof(rule_keys) / sizeof(rule_keys[0]))
+
 /* ---- the schema ---- */
 
 struct key_def {
@@ -309,31 +521,53 @@ static const struct section_def {
 } sections[] = {
 	{"daemon", KEYS({"socket", set_socket}, {"state_dir", set_state_dir},
 			{"logdir", set_logdir}, {"poll_interval", set_poll_interval},
-			{"seal_interval", set_seal_interval})},
+			{"seal_interval", set_seal_interval}, {"host_name", set_host_name})},
 	{"api", KEYS({"tcp_listen", set_tcp_listen}, {"token_file", set_token_file})},
 	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"producers", KEYS({"ring_size", set_ring_size})},
 	{"sampler", KEYS({"enabled", set_sampler_enabled}, {"frequency", set_sampler_frequency},
 			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup})},
+	{"host_metrics", KEYS({"enabled", set_host_metrics_enabled},
+			      {"interval", set_host_metrics_interval})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
-			  {"max_duration", set_max_duration})},
+			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
+			  {"max_count", set_sessions_max_count})},
+	{"alertmanager", KEYS({"before", set_alert_before}, {"after", set_alert_after},
+			      {"run_label", set_run_label}, {"cooldown", set_alert_cooldown},
+			      {"max_per_hour", set_alert_max_per_hour})},
+	/* [rule.NAME] keys are rule_keys, handled apart */
+	{"rule.", KEYS({NULL, NULL})},
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
-#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [sessions]"
+#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [host_metrics], [sessions], [alertmanager], [rule.NAME]"
 
 static bool is_ring_section(const char *name)
 {
 	return !strncmp(name, "ring.", 5);
 }
 
+static bool is_rule_section(const char *name)
+{
+	return !strncmp(name, "rule.", 5);
+}
+
 static const struct section_def *find_section(const char *name)
 {
 	for (size_t i = 0; i < N_SECTIONS; i++)
 		if (!strcmp(sections[i].name, name) ||
-		    (is_ring_section(name) && !strcmp(sections[i].name, "ring.")))
+		    (is_ring_section(name) && !strcmp(sections[i].name, "ring.")) ||
+		    (is_rule_section(name) && !strcmp(sections[i].name, "rule.")))
 			return &sections[i];
 	return NULL;
+}
+
+static int rule_index(const struct rp_config *c, const char *name)
+{
+	for (unsigned i = 0; i < c->nrules; i++)
+		if (!strcmp(c->rules[i].name, name))
+			return (int)i;
+	return -1;
 }
 
 /* Index of the device's [ring.DEVICE] entry, -1 when it has none. */
@@ -364,6 +598,49 @@ static int fail(struct loader *l, int rc)
 	return rc;
 }
 
+/* Creates the entry of a [rule.NAME] section, from the rule defaults. */
+static int begin_rule(struct loader *l, const char *section)
+{
+	struct rp_config *c = l->c;
+	int rc = rp_check_name(section + 5, NAME_MAX_LEN, "rule name", l->err);
+	if (rc) {
+		rp_err_prefix(l->err, "%s:%d: [%s]", l->path, l->line, section);
+		return fail(l, rc);
+	}
+	if (rule_index(c, section + 5) >= 0)
+		return 0;
+	if (c->nrules == RP_CONFIG_MAX_RULES)
+		return fail(l, rp_err_set(l->err, -E2BIG, "%s:%d: [%s]: too many rules; at most %d",
+					  l->path, l->line, section, RP_CONFIG_MAX_RULES));
+	rule_defaults(&c->rules[c->nrules++], section + 5);
+	return 0;
+}
+
+static int handle_rule_key(struct loader *l, const char *section, const char *name,
+			   const char *value)
+{
+	const struct rule_key *k = NULL;
+	for (size_t i = 0; i < N_RULE_KEYS && !k; i++)
+		if (!strcmp(rule_keys[i].name, name))
+			k = &rule_keys[i];
+	if (!k) {
+		char known[160] = "";
+		for (size_t i = 0; i < N_RULE_KEYS; i++)
+			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s",
+				 i ? ", " : "", rule_keys[i].name);
+		fail(l, rp_err_set(l->err, -EINVAL, "%s:%d: unknown key '%s' in [%s]; known keys: %s",
+				   l->path, l->line, name, section, known));
+		return 0;
+	}
+	int rc = k->set(&l->c->rules[rule_index(l->c, section + 5)], value, l->err);
+	if (rc) {
+		rp_err_prefix(l->err, "%s:%d: [%s] %s", l->path, l->line, section, name);
+		fail(l, rc);
+		return 0;
+	}
+	return 1;
+}
+
 /* Validates a section header (even one with no keys, which inih never
  * reports) and creates the entry of a [ring.DEVICE] section.  Repeating a
  * section adds to it; later keys win. */
@@ -373,6 +650,8 @@ static int begin_section(struct loader *l, const char *name)
 		return fail(l, rp_err_set(l->err, -EINVAL,
 					  "%s:%d: unknown section [%s]; known sections: " KNOWN_SECTIONS,
 					  l->path, l->line, name));
+	if (is_rule_section(name))
+		return begin_rule(l, name);
 	if (!is_ring_section(name))
 		return 0;
 	const char *device = name + 5;
@@ -445,6 +724,8 @@ static int handle_key(void *user, const char *section, const char *name, const c
 	}
 	if (begin_section(l, section)) /* known already from read_line; idempotent */
 		return 0;
+	if (is_rule_section(section))
+		return handle_rule_key(l, section, name, value);
 	const struct section_def *s = find_section(section);
 	const struct key_def *k = s->keys;
 	while (k->name && strcmp(k->name, name))
@@ -524,6 +805,56 @@ static int check_ring(const struct rp_config *c, const char *device, struct rp_e
 			  device ? "ring." : "rings", device ? device : "", b, s, need);
 }
 
+/* The window fits max_duration; section: "[alertmanager]", "[rule.x]". */
+static int check_trigger(const struct rp_config *c, const struct rp_trigger_config *t,
+			 const char *section, struct rp_err *err)
+{
+	if (t->before_ns + t->after_ns <= c->max_duration_ns)
+		return 0;
+	char before[32], after[32], max[32];
+	rp_format_duration(t->before_ns, before, sizeof(before));
+	rp_format_duration(t->after_ns, after, sizeof(after));
+	rp_format_duration(c->max_duration_ns, max, sizeof(max));
+	return rp_err_set(err, -EINVAL,
+			  "%s before %s + after %s is longer than [sessions] max_duration %s; shorten "
+			  "the window or raise max_duration",
+			  section, before, after, max);
+}
+
+static int check_rule(const struct rp_config *c, const struct rp_rule_config *r,
+		      struct rp_err *err)
+{
+	const char *n = r->name;
+	switch (r->type) {
+	case RP_RULE_UNSET:
+		return rp_err_set(err, -EINVAL,
+				  "[rule.%s] has no type; set type = slow_range or counter_above", n);
+	case RP_RULE_SLOW_RANGE:
+		if (!r->range[0])
+			return rp_err_set(err, -EINVAL,
+					  "[rule.%s] is a slow_range rule without a range; set range = "
+					  "the annotation's name, e.g. train_step", n);
+		if (r->counter[0] || r->has_threshold)
+			return rp_err_set(err, -EINVAL,
+					  "[rule.%s] is a slow_range rule: counter and threshold are for "
+					  "counter_above rules; remove them", n);
+		break;
+	case RP_RULE_COUNTER_ABOVE:
+		if (!r->counter[0] || !r->has_threshold)
+			return rp_err_set(err, -EINVAL,
+					  "[rule.%s] is a counter_above rule: set both counter and "
+					  "threshold, e.g. counter = gpu_temp, threshold = 90", n);
+		if (r->range[0])
+			return rp_err_set(err, -EINVAL,
+					  "[rule.%s] is a counter_above rule: range is for slow_range "
+					  "rules; remove it", n);
+		break;
+	}
+	char section[80];
+	snprintf(section, sizeof(section), "[rule.%s]", n);
+	return check_trigger(c, &r->trigger, section, err);
+}
+
 int rp_config_check(const struct rp_config *c, struct rp_err *err)
 {
 	if (!c->socket[0])
@@ -558,7 +889,10 @@ int rp_config_check(const struct rp_config *c, struct rp_err *err)
 				  "default_last or raise max_duration",
 				  last, max);
 	}
-	return 0;
+	rc = check_trigger(c, &c->alerts, "[alertmanager]", err);
+	for (unsigned i = 0; !rc && i < c->nrules; i++)
+		rc = check_rule(c, &c->rules[i], err);
+	return rc;
 }
 
 static void print_string(FILE *out, const char *key, const char *value)
@@ -588,6 +922,7 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	print_string(out, "logdir", c->logdir);
 	print_duration(out, "poll_interval", c->poll_interval_ns);
 	print_duration(out, "seal_interval", c->seal_interval_ns);
+	print_string(out, "host_name", c->host_name);
 	fprintf(out, "\n[api]\n");
 	print_string(out, "tcp_listen", c->tcp_listen);
 	print_string(out, "token_file", c->token_file);
@@ -607,8 +942,38 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\n",
 		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth);
 	print_string(out, "cgroup", c->sampler_cgroup);
+	fprintf(out, "\n[host_metrics]\nenabled = %s\n", c->host_metrics_enabled ? "true" : "false");
+	print_duration(out, "interval", c->host_metrics_interval_ns);
 	fprintf(out, "\n[sessions]\n");
 	print_string(out, "default_run", c->default_run);
 	print_duration(out, "default_last", c->default_last_ns);
 	print_duration(out, "max_duration", c->max_duration_ns);
+	print_size(out, "max_bytes", c->sessions_max_bytes);
+	fprintf(out, "max_count = %u\n", c->sessions_max_count);
+	fprintf(out, "\n[alertmanager]\n");
+	print_duration(out, "before", c->alerts.before_ns);
+	print_duration(out, "after", c->alerts.after_ns);
+	print_string(out, "run_label", c->alert_run_label);
+	print_duration(out, "cooldown", c->alerts.cooldown_ns);
+	fprintf(out, "max_per_hour = %u\n", c->alerts.max_per_hour);
+	for (unsigned i = 0; i < c->nrules; i++) {
+		const struct rp_rule_config *r = &c->rules[i];
+		fprintf(out, "\n[rule.%s]\n", r->name);
+		if (r->type != RP_RULE_UNSET)
+			fprintf(out, "type = %s\n", rule_types[r->type]);
+		if (r->range[0])
+			print_string(out, "range", r->range);
+		if (r->type != RP_RULE_COUNTER_ABOVE) /* each type's own keys */
+			fprintf(out, "factor = %.17g\nwindow = %u\n", r->factor, r->window);
+		if (r->counter[0])
+			print_string(out, "counter", r->counter);
+		if (r->has_threshold)
+			fprintf(out, "threshold = %.17g\n", r->threshold);
+		if (r->type != RP_RULE_SLOW_RANGE)
+			print_duration(out, "for", r->for_ns);
+		print_duration(out, "before", r->trigger.before_ns);
+		print_duration(out, "after", r->trigger.after_ns);
+		print_duration(out, "cooldown", r->trigger.cooldown_ns);
+		fprintf(out, "max_per_hour = %u\n", r->trigger.max_per_hour);
+	}
 }

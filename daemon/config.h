@@ -13,6 +13,35 @@
 #include "err.h"
 
 #define RP_CONFIG_MAX_RINGS 32
+#define RP_CONFIG_MAX_RULES 32
+
+/* Snapshots a trigger (an alert, a rule) takes: the window around the
+ * trigger's moment, and how often. */
+struct rp_trigger_config {
+	uint64_t before_ns, after_ns;  /* window [anchor - before, anchor + after] */
+	uint64_t cooldown_ns;          /* the same alert / rule: one snapshot in this */
+	unsigned max_per_hour;         /* snapshots in any hour, the rest skipped */
+};
+
+enum rp_rule_type {
+	RP_RULE_UNSET = 0,
+	RP_RULE_SLOW_RANGE,     /* a range slower than factor x its rolling median */
+	RP_RULE_COUNTER_ABOVE,  /* a counter above threshold for for_ns */
+};
+
+/* [rule.NAME]: a condition on the daemon's own data that takes a snapshot. */
+struct rp_rule_config {
+	char name[64];
+	enum rp_rule_type type;
+	char range[200];         /* slow_range: the annotation range's name */
+	double factor;           /* slow_range: how many times the median */
+	unsigned window;         /* slow_range: completed ranges in the median */
+	char counter[200];       /* counter_above: the counter's name */
+	double threshold;        /* counter_above */
+	bool has_threshold;
+	uint64_t for_ns;         /* counter_above: how long above */
+	struct rp_trigger_config trigger;
+};
 
 struct rp_ring_config {
 	char device[64];      /* "host", "gpu0", ...; "" = the default for all */
@@ -27,6 +56,7 @@ struct rp_config {
 	char logdir[PATH_MAX];   /* sessions: <logdir>/<run>/plugins/profile/<id> */
 	uint64_t poll_interval_ns;  /* how often producer rings are drained */
 	uint64_t seal_interval_ns;  /* a chunk is sealed at the latest this old */
+	char host_name[64];      /* in session file names; "" = gethostname() */
 	/* [api] */
 	char tcp_listen[64];     /* "host:port"; "" = no TCP */
 	char token_file[PATH_MAX];  /* bearer token for TCP; required with tcp_listen */
@@ -45,10 +75,21 @@ struct rp_config {
 	unsigned sampler_hz;         /* per CPU, 1..10000 */
 	unsigned sampler_depth;      /* frames per stack, 1..127 */
 	char sampler_cgroup[PATH_MAX]; /* "" = every task */
+	/* [host_metrics]: CPU utilisation and memory of the host, as counters */
+	bool host_metrics_enabled;
+	uint64_t host_metrics_interval_ns; /* 10 ms..1 h */
 	/* [sessions] */
 	char default_run[64];
 	uint64_t default_last_ns;    /* snapshot window when none is given */
 	uint64_t max_duration_ns;    /* longest window / capture accepted */
+	uint64_t sessions_max_bytes; /* retention quota of the logdir; 0 = none */
+	unsigned sessions_max_count; /* retention quota in sessions; 0 = none */
+	/* [alertmanager]: POST /v1/alertmanager */
+	struct rp_trigger_config alerts;
+	char alert_run_label[64];    /* the alert label that names the run */
+	/* [rule.NAME] */
+	struct rp_rule_config rules[RP_CONFIG_MAX_RULES];
+	unsigned nrules;
 };
 
 /* Fill in the embedded defaults.  Paths depend on whether we run as root

@@ -10,16 +10,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "alerts.h"
 #include "clock.h"
+#include "gate.h"
 #include "parse.h"
+#include "retention.h"
 #include "session.h"
 
 #define PUMP_INTERVAL_NS 100000000ull
 #define VERSION "0.1.0"
 
-/* Snapshot latency buckets (seconds), request to session complete. */
-static const double latency_bounds[] = { 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 };
+/* Latency buckets (seconds) until a session is complete: from a snapshot
+ * request, or from a trigger (an alert's receipt, a rule firing; a rule's
+ * snapshot waits for the `after` of its window). */
+static const double latency_bounds[] = { 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+					 1, 2.5, 5, 10, 30, 60 };
 #define NBOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+
+struct latency {
+	uint64_t buckets[NBOUNDS];
+	uint64_t count;
+	double sum;
+};
+
+enum trigger_source { TRIGGER_ALERTMANAGER, TRIGGER_RULE, NSOURCES };
+static const char *const source_names[NSOURCES] = { "alertmanager", "rule" };
 
 struct open_session {
 	struct open_session *next;
@@ -46,19 +61,32 @@ struct rp_control {
 	/* metrics */
 	uint64_t sessions_total[4];     /* by enum rp_session_kind */
 	uint64_t sessions_failed;
-	uint64_t latency_buckets[NBOUNDS];
-	uint64_t latency_count;
-	double latency_sum;
+	struct latency snapshot_latency;
 	double last_freeze_s;           /* request until the window was pinned */
+	/* retention: a pass at start, and on the session thread after a
+	 * session closes */
+	bool retention_due, over_quota;
+	uint64_t retention_deleted;
+	uint64_t logdir_bytes, logdir_sessions;  /* as of the last pass */
+	uint64_t triggers[NSOURCES];    /* snapshots taken by trigger */
+	struct latency trigger_latency;
+
+	struct rp_rules *rules;         /* NULL: none */
+	/* Alertmanager notifications may arrive concurrently (HA pairs send
+	 * the same alert twice): the gate and its counts are taken under this. */
+	pthread_mutex_t alerts_lock;
+	struct rp_gate *alert_gate;
+	uint64_t alerts_skipped[RP_GATE_NVERDICTS];
+	uint64_t alerts_resolved;
 };
 
-static void record_latency(struct rp_control *c, double seconds)
+static void record_latency(struct latency *l, double seconds)
 {
 	for (size_t i = 0; i < NBOUNDS; i++)
 		if (seconds <= latency_bounds[i])
-			c->latency_buckets[i]++;
-	c->latency_count++;
-	c->latency_sum += seconds;
+			l->buckets[i]++;
+	l->count++;
+	l->sum += seconds;
 }
 
 /* Add rings that appeared since the session started (a device registered
@@ -103,7 +131,93 @@ static int finish_session(struct rp_control *c, struct open_session *o, uint64_t
 	unlink_open(c, o);
 	rp_session_free(o->s);
 	free(o);
+	c->retention_due = true;
+	pthread_cond_signal(&c->wake);
 	return rc;
+}
+
+static void run_rule_triggers(struct rp_control *c);
+
+static void report_retention(void *ctx, const char *path, uint64_t bytes,
+			     const struct rp_err *err)
+{
+	const struct rp_config *cfg = ctx;
+	char size[32], quota[32];
+	rp_format_size(bytes, size, sizeof(size));
+	rp_format_size(cfg->sessions_max_bytes, quota, sizeof(quota));
+	if (err)
+		fprintf(stderr, "ringprofd: retention: %s\n", err->msg);
+	else
+		fprintf(stderr, "ringprofd: retention: deleted session %s (%s) to keep the log "
+			"directory within [sessions] max_count %u and max_bytes %s (0: no limit)\n",
+			path, size, cfg->sessions_max_count, cfg->sessions_max_bytes ? quota : "0");
+}
+
+/* One retention pass.  Called without c->lock: a pass over a large
+ * shared log directory takes a while. */
+static void retention_pass(struct rp_control *c)
+{
+	struct rp_retention_opts o = { .logdir = c->cfg->logdir,
+				       .max_bytes = c->cfg->sessions_max_bytes,
+				       .max_count = c->cfg->sessions_max_count,
+				       .report = report_retention, .ctx = (void *)c->cfg };
+	struct rp_retention_stats st;
+	struct rp_err err = { 0 };
+	int rc = rp_retention_enforce(&o, &st, &err);
+	pthread_mutex_lock(&c->lock);
+	if (rc < 0 && !err.msg[0])
+		rp_err_set(&err, rc, "%s", strerror(-rc));
+	if (rc < 0)
+		fprintf(stderr, "ringprofd: retention: %s\n", err.msg);
+	/* Said once each time the quota cannot be met, not every pass. */
+	if (st.over_quota && !c->over_quota) {
+		char size[32];
+		rp_format_size(st.bytes, size, sizeof(size));
+		fprintf(stderr, "ringprofd: retention: the log directory %s holds %llu sessions "
+			"(%s), over its quota, and none left may be deleted (kept, being written, "
+			"or the newest): delete KEEP files or raise [sessions] max_count or "
+			"max_bytes\n", c->cfg->logdir, (unsigned long long)st.sessions, size);
+	}
+	c->over_quota = st.over_quota;
+	c->retention_deleted += st.deleted;
+	c->logdir_bytes = st.bytes;
+	c->logdir_sessions = st.sessions;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* At start: the budgets of the open rings and of the configured ones to
+ * come, and the session quota, against the free disk.  A warning only:
+ * rings and sessions may fit the disk in practice. */
+static void check_disk(struct rp_control *c)
+{
+	const struct rp_config *cfg = c->cfg;
+	struct rp_disk_plan p = { .state_dir = cfg->state_dir, .logdir = cfg->logdir,
+				  .max_bytes = cfg->sessions_max_bytes,
+				  .logdir_bytes = c->logdir_bytes };
+	struct rp_ring_info info;
+	for (unsigned i = 0; rp_rings_info(c->rings, i, &info) == 0; i++) {
+		struct stat st;
+		p.ring_budgets += info.budget_bytes;
+		if (stat(info.path, &st) == 0)
+			p.ring_held += (uint64_t)st.st_blocks * 512;
+	}
+	for (unsigned k = 0; k < cfg->nrings; k++) {
+		bool open = false;
+		for (unsigned i = 0; !open && rp_rings_info(c->rings, i, &info) == 0; i++)
+			open = !strcmp(info.device, cfg->rings[k].device);
+		uint64_t budget;
+		uint32_t slot;
+		rp_config_ring(cfg, cfg->rings[k].device, &budget, &slot);
+		if (!open)
+			p.ring_budgets += budget;
+	}
+	char msg[1024];
+	int rc = rp_retention_check_space(&p, msg, sizeof(msg));
+	if (rc > 0)
+		fprintf(stderr, "ringprofd: warning: %s\n", msg);
+	else if (rc < 0)
+		fprintf(stderr, "ringprofd: warning: cannot tell the free space for %s and %s: %s\n",
+			cfg->state_dir, cfg->logdir, strerror(-rc));
 }
 
 static void *pump_main(void *arg)
@@ -123,27 +237,47 @@ static void *pump_main(void *arg)
 			if (add_new_rings(c, o, &err) < 0 || rp_session_pump(o->s, &err) < 0)
 				fprintf(stderr, "ringprofd: session %s: %s\n", rp_session_name(o->s), err.msg);
 		}
+		if (c->rules)
+			run_rule_triggers(c);
+		if (c->retention_due) {
+			c->retention_due = false;
+			pthread_mutex_unlock(&c->lock);
+			retention_pass(c);
+			pthread_mutex_lock(&c->lock);
+		}
 		rp_cond_wait_ns(&c->wake, &c->lock, PUMP_INTERVAL_NS);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
 
-int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_control **out,
-		   struct rp_err *err)
+int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_rules *rules,
+		   struct rp_control **out, struct rp_err *err)
 {
 	struct rp_control *c = calloc(1, sizeof(*c));
 	if (!c)
 		return rp_err_set(err, -ENOMEM, "out of memory");
+	int rc = rp_gate_new(cfg->alerts.cooldown_ns, cfg->alerts.max_per_hour, &c->alert_gate, err);
+	if (rc < 0) {
+		free(c);
+		return rc;
+	}
+	pthread_mutex_init(&c->alerts_lock, NULL);
 	c->cfg = cfg;
 	c->rings = rings;
+	c->rules = rules;
 	c->started_ns = rp_clock_now_ns();
-	if (gethostname(c->host, sizeof(c->host)) < 0)
+	if (cfg->host_name[0])
+		snprintf(c->host, sizeof(c->host), "%s", cfg->host_name);
+	else if (gethostname(c->host, sizeof(c->host)) < 0)
 		snprintf(c->host, sizeof(c->host), "localhost");
 	pthread_mutex_init(&c->lock, NULL);
 	rp_cond_init_monotonic(&c->wake);
-	int rc = -pthread_create(&c->pump_thread, NULL, pump_main, c);
+	retention_pass(c);
+	check_disk(c);
+	rc = -pthread_create(&c->pump_thread, NULL, pump_main, c);
 	if (rc < 0) {
+		rp_gate_free(c->alert_gate);
 		free(c);
 		return rp_err_set(err, rc, "cannot start the session thread: %s", strerror(-rc));
 	}
@@ -170,6 +304,8 @@ void rp_control_free(struct rp_control *c)
 	}
 	pthread_cond_destroy(&c->wake);
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->alerts_lock);
+	rp_gate_free(c->alert_gate);
 	free(c);
 }
 
@@ -193,6 +329,31 @@ static int open_session(struct rp_control *c, struct rp_session_opts *o,
 	c->sessions_total[o->kind]++;
 	*out = os;
 	return 0;
+}
+
+/* Freeze [o->start_ns, o->end_ns] into a complete session: pin the window
+ * first, then seal up to now (finish_session flushes), so that from the
+ * pin on nothing in the window can be overwritten.  t_req: when it was
+ * asked for.  Called with c->lock held. */
+static int snapshot_locked(struct rp_control *c, struct rp_session_opts *o, uint64_t t_req,
+			   json_t **out, struct rp_err *err)
+{
+	/* Seal up to now before pinning: the session looks for the window's
+	 * first chunk among completed writes, and a chunk whose write is still
+	 * in flight would otherwise fall before its pin. */
+	int rc = rp_rings_flush(c->rings, err);
+	if (rc < 0)
+		return rc;
+	struct open_session *os;
+	rc = open_session(c, o, &os, err);
+	if (rc == 0) {
+		c->last_freeze_s = (double)(rp_clock_now_ns() - t_req) / 1e9;
+		os->next = c->open; /* listed while it is written */
+		c->open = os;
+		rc = finish_session(c, os, o->end_ns, out, err);
+		record_latency(&c->snapshot_latency, (double)(rp_clock_now_ns() - t_req) / 1e9);
+	}
+	return rc;
 }
 
 static void fill_opts(struct rp_control *c, struct rp_session_opts *o, const char *name,
@@ -227,20 +388,124 @@ static int op_snapshot(void *ctx, const struct rp_snapshot_req *req, json_t **ou
 	o.start_ns = end > last ? end - last : 0;
 	o.end_ns = end;
 
-	/* Pin the window first, then seal up to now (finish_session flushes):
-	 * from the pin on, nothing in the window can be overwritten. */
 	pthread_mutex_lock(&c->lock);
-	struct open_session *os;
-	int rc = open_session(c, &o, &os, err);
-	if (rc == 0) {
-		c->last_freeze_s = (double)(rp_clock_now_ns() - t_req) / 1e9;
-		os->next = c->open; /* listed while it is written */
-		c->open = os;
-		rc = finish_session(c, os, end, out, err);
-		record_latency(c, (double)(rp_clock_now_ns() - t_req) / 1e9);
-	}
+	int rc = snapshot_locked(c, &o, t_req, out, err);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+/* A snapshot a trigger asked for, counted by source and timed from the
+ * trigger (t_trigger, host ns) on.  Called with c->lock held. */
+static int trigger_snapshot_locked(struct rp_control *c, enum trigger_source source,
+				   struct rp_session_opts *o, uint64_t t_trigger, json_t **out,
+				   struct rp_err *err)
+{
+	int rc = snapshot_locked(c, o, rp_clock_now_ns(), out, err);
+	if (rc == 0) {
+		c->triggers[source]++;
+		record_latency(&c->trigger_latency, (double)(rp_clock_now_ns() - t_trigger) / 1e9);
+	}
+	return rc;
+}
+
+/* Rule firings whose window has ended become snapshots.  On the session
+ * thread, with c->lock held. */
+static void run_rule_triggers(struct rp_control *c)
+{
+	struct rp_rule_fire f;
+	while (rp_rules_take(c->rules, rp_clock_now_ns(), &f)) {
+		struct rp_session_opts o = { .kind = RP_SESSION_SNAPSHOT };
+		fill_opts(c, &o, "", "", "rule", f.reason);
+		o.start_ns = f.start_ns;
+		o.end_ns = f.end_ns;
+		o.trigger_extra = f.extra;
+		json_t *session = NULL;
+		struct rp_err err = { 0 };
+		if (trigger_snapshot_locked(c, TRIGGER_RULE, &o, f.fired_ns, &session, &err) < 0)
+			fprintf(stderr, "ringprofd: rule %s fired (%s) but its snapshot failed: %s\n",
+				f.rule, f.reason, err.msg);
+		else
+			fprintf(stderr, "ringprofd: rule %s fired: %s: session %s\n", f.rule, f.reason,
+				json_string_value(json_object_get(session, "id")));
+		json_decref(session);
+		json_decref(f.extra);
+	}
+}
+
+/* One firing alert's snapshot: [startsAt - before, startsAt + after],
+ * ending at receipt when startsAt + after has not come yet, in the run
+ * the alert's run label names. */
+static int alert_snapshot(struct rp_control *c, const struct rp_alert *a, uint64_t t_recv,
+			  json_t **out, struct rp_err *err)
+{
+	const struct rp_trigger_config *t = &c->cfg->alerts;
+	char run[RP_NAME_LEN] = "", reason[256];
+	rp_alert_run(a, c->cfg->alert_run_label, run);
+	rp_alert_reason(a, reason, sizeof(reason));
+	struct rp_session_opts o = { .kind = RP_SESSION_SNAPSHOT };
+	fill_opts(c, &o, "", run, "alertmanager", reason);
+	/* A start after receipt (clocks apart) is taken as the receipt. */
+	int64_t host_start = a->starts_at_wall_ns - o.wall_offset_ns;
+	uint64_t anchor = host_start < 0 ? 0 : (uint64_t)host_start < t_recv ? (uint64_t)host_start : t_recv;
+	bool at_receipt = anchor + t->after_ns > t_recv;
+	o.start_ns = anchor > t->before_ns ? anchor - t->before_ns : 0;
+	o.end_ns = at_receipt ? t_recv : anchor + t->after_ns;
+	json_t *extra = json_pack("{s:O, s:O, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:s}}",
+				  "labels", a->labels, "annotations", a->annotations,
+				  "fingerprint", a->fingerprint, "starts_at", a->starts_at,
+				  "generator_url", a->generator_url, "window",
+				  "anchor_wall_ns", (json_int_t)(anchor + o.wall_offset_ns),
+				  "before_ns", (json_int_t)t->before_ns, "after_ns", (json_int_t)t->after_ns,
+				  "end", at_receipt ? "receipt" : "starts_at+after");
+	if (!extra)
+		return rp_err_set(err, -ENOMEM, "out of memory recording alert %s", a->fingerprint);
+	o.trigger_extra = extra;
+	pthread_mutex_lock(&c->lock);
+	int rc = trigger_snapshot_locked(c, TRIGGER_ALERTMANAGER, &o, t_recv, out, err);
+	pthread_mutex_unlock(&c->lock);
+	json_decref(extra);
+	if (rc < 0)
+		rp_err_prefix(err, "alert %s (%s)", a->fingerprint, reason);
+	return rc;
+}
+
+/* Why an alert takes no snapshot now; NULL when it does. */
+static const char *alert_skip(struct rp_control *c, const struct rp_alert *a, uint64_t t_recv)
+{
+	pthread_mutex_lock(&c->alerts_lock);
+	enum rp_gate_verdict v = RP_GATE_PASS;
+	if (!a->firing)
+		c->alerts_resolved++;
+	else if ((v = rp_gate_check(c->alert_gate, a->key, t_recv)) != RP_GATE_PASS)
+		c->alerts_skipped[v]++;
+	pthread_mutex_unlock(&c->alerts_lock);
+	return !a->firing ? "resolved" : v != RP_GATE_PASS ? rp_gate_verdict_name(v) : NULL;
+}
+
+static int op_alertmanager(void *ctx, const struct rp_alert_batch *alerts, json_t **out,
+			   struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	uint64_t t_recv = rp_clock_now_ns();
+	json_t *snapshots = json_array(), *skipped = json_array();
+	int rc = snapshots && skipped ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; rc == 0 && i < alerts->n; i++) {
+		const struct rp_alert *a = &alerts->alerts[i];
+		const char *why = alert_skip(c, a, t_recv);
+		json_t *session = NULL;
+		if (why)
+			json_array_append_new(skipped, json_pack("{s:s, s:s}", "fingerprint", a->fingerprint,
+								 "reason", why));
+		else if ((rc = alert_snapshot(c, a, t_recv, &session, err)) == 0)
+			json_array_append_new(snapshots, session);
+	}
+	if (rc < 0) {
+		json_decref(snapshots);
+		json_decref(skipped);
+		return rc;
+	}
+	*out = json_pack("{s:o, s:o}", "snapshots", snapshots, "skipped", skipped);
+	return *out ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
 }
 
 static int op_session_start(void *ctx, const struct rp_session_req *req, json_t **out,
@@ -273,7 +538,16 @@ static struct open_session *find_open(struct rp_control *c, const char *id)
 	return NULL;
 }
 
-/* Find a finished session's manifest on disk: <logdir>/<run>/plugins/profile/<id>. */
+/* Adds "keep" (a KEEP file: retention never deletes it) to a session. */
+static json_t *with_keep(json_t *s, const char *dir)
+{
+	json_object_set_new(s, "keep", json_boolean(dir && rp_retention_kept(dir)));
+	return s;
+}
+
+/* A finished session on disk, <logdir>/<run>/plugins/profile/<id> of the
+ * first run with a manifest for it: this host's manifest, else the first
+ * host's, with "hosts" naming every host that wrote a part of it. */
 static json_t *load_manifest(struct rp_control *c, const char *id)
 {
 	DIR *d = opendir(c->cfg->logdir);
@@ -282,12 +556,28 @@ static json_t *load_manifest(struct rp_control *c, const char *id)
 	json_t *found = NULL;
 	struct dirent *e;
 	while (!found && (e = readdir(d))) {
-		if (e->d_name[0] == '.')
-			continue;
-		char path[PATH_MAX];
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s/plugins/profile/%s/manifest.json",
-				     c->cfg->logdir, e->d_name, id) < sizeof(path))
-			found = json_load_file(path, 0, NULL);
+		char dir[PATH_MAX];
+		json_t *all = NULL, *m, *hosts = json_array();
+		struct rp_err err;
+		size_t i;
+		if (e->d_name[0] != '.' &&
+		    (size_t)snprintf(dir, sizeof(dir), "%s/%s/plugins/profile/%s", c->cfg->logdir,
+				     e->d_name, id) < sizeof(dir) &&
+		    rp_session_manifests(dir, &all, &err) == 0) {
+			json_array_foreach(all, i, m) {
+				const char *host = json_string_value(json_object_get(m, "host"));
+				json_array_append_new(hosts, json_string(host ? host : ""));
+				if (!found || (host && !strcmp(host, c->host)))
+					found = m;
+			}
+		}
+		if (found) {
+			json_incref(found);
+			json_object_set(found, "hosts", hosts);
+			with_keep(found, dir);
+		}
+		json_decref(hosts);
+		json_decref(all);
 	}
 	closedir(d);
 	return found;
@@ -317,21 +607,48 @@ static int op_session_get(void *ctx, const char *id, json_t **out, struct rp_err
 	struct rp_control *c = ctx;
 	pthread_mutex_lock(&c->lock);
 	struct open_session *o = find_open(c, id);
-	*out = o ? rp_session_to_json(o->s) : load_manifest(c, id);
+	*out = o ? with_keep(rp_session_to_json(o->s), rp_session_path(o->s)) : load_manifest(c, id);
 	pthread_mutex_unlock(&c->lock);
 	if (!*out)
 		return rp_err_set(err, -ENOENT, "no session %s: `ringprof sessions` lists them", id);
 	return 0;
 }
 
-static int by_id(const void *a, const void *b)
+/* Mark a session, open or finished, so that retention never deletes it. */
+static int op_session_keep(void *ctx, const char *id, json_t **out, struct rp_err *err)
 {
-	const char *x = json_string_value(json_object_get(*(json_t *const *)a, "id"));
-	const char *y = json_string_value(json_object_get(*(json_t *const *)b, "id"));
+	struct rp_control *c = ctx;
+	pthread_mutex_lock(&c->lock);
+	struct open_session *o = find_open(c, id);
+	json_t *s = o ? rp_session_to_json(o->s) : load_manifest(c, id);
+	const char *dir = json_string_value(json_object_get(s, "path"));
+	int rc = !dir ? rp_err_set(err, -ENOENT, "no session %s: `ringprof sessions` lists them", id)
+		      : rp_retention_keep(dir, err);
+	pthread_mutex_unlock(&c->lock);
+	if (rc < 0) {
+		json_decref(s);
+		return rc;
+	}
+	*out = with_keep(s, dir);
+	return 0;
+}
+
+static int by_key(const json_t *a, const json_t *b, const char *key)
+{
+	const char *x = json_string_value(json_object_get(a, key));
+	const char *y = json_string_value(json_object_get(b, key));
 	return strcmp(x ? x : "", y ? y : "");
 }
 
-/* Every finished session under the log directory, oldest id first. */
+static int by_id(const void *a, const void *b)
+{
+	const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	int c = by_key(x, y, "id");
+	return c ? c : by_key(x, y, "host");
+}
+
+/* Every finished session under the log directory, one object per host
+ * that wrote a part of it, oldest id first. */
 static void list_manifests(struct rp_control *c, json_t *list)
 {
 	DIR *runs = opendir(c->cfg->logdir);
@@ -352,13 +669,17 @@ static void list_manifests(struct rp_control *c, json_t *list)
 		struct dirent *s;
 		while ((s = readdir(sessions))) {
 			char path[PATH_MAX];
+			json_t *all = NULL, *m;
+			struct rp_err err;
+			size_t i;
 			if (s->d_name[0] == '.' ||
-			    (size_t)snprintf(path, sizeof(path), "%s/%s/manifest.json", dir,
-					     s->d_name) >= sizeof(path))
+			    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, s->d_name) >=
+				    sizeof(path) ||
+			    rp_session_manifests(path, &all, &err) < 0)
 				continue;
-			json_t *m = json_load_file(path, 0, NULL);
-			if (m)
-				json_array_append_new(list, m);
+			json_array_foreach(all, i, m)
+				json_array_append(list, with_keep(m, path));
+			json_decref(all);
 		}
 		closedir(sessions);
 	}
@@ -381,7 +702,8 @@ static int op_session_list(void *ctx, json_t **out, struct rp_err *err)
 	pthread_mutex_lock(&c->lock);
 	list_manifests(c, list);
 	for (struct open_session *o = c->open; o; o = o->next)
-		json_array_append_new(list, rp_session_to_json(o->s));
+		json_array_append_new(list, with_keep(rp_session_to_json(o->s),
+						      rp_session_path(o->s)));
 	pthread_mutex_unlock(&c->lock);
 	*out = json_pack("{s:o}", "sessions", list);
 	return 0;
@@ -436,6 +758,41 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 			 "state_dir", c->cfg->state_dir, "logdir", c->cfg->logdir,
 			 "rings", rings, "collectors", collectors, "open_sessions", open);
 	return *out ? 0 : -ENOMEM;
+}
+
+static void put_latency(FILE *f, const char *name, const char *help, const struct latency *l)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+	for (size_t i = 0; i < NBOUNDS; i++) /* record_latency keeps them cumulative */
+		fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, latency_bounds[i],
+			(unsigned long long)l->buckets[i]);
+	fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
+		(unsigned long long)l->count, name, l->sum, name, (unsigned long long)l->count);
+}
+
+static void put_skipped(struct rp_control *c, FILE *f)
+{
+	pthread_mutex_lock(&c->alerts_lock);
+	uint64_t resolved = c->alerts_resolved, cooldown = c->alerts_skipped[RP_GATE_COOLDOWN],
+		 rate = c->alerts_skipped[RP_GATE_RATE_LIMIT];
+	pthread_mutex_unlock(&c->alerts_lock);
+	fprintf(f, "# HELP ringprof_triggers_skipped_total Triggers that took no snapshot, by source and reason.\n"
+		   "# TYPE ringprof_triggers_skipped_total counter\n"
+		   "ringprof_triggers_skipped_total{source=\"alertmanager\",reason=\"resolved\"} %llu\n",
+		(unsigned long long)resolved);
+	const struct {
+		const char *source;
+		enum rp_gate_verdict v;
+		uint64_t n;
+	} rows[] = {
+		{ "alertmanager", RP_GATE_COOLDOWN, cooldown },
+		{ "alertmanager", RP_GATE_RATE_LIMIT, rate },
+		{ "rule", RP_GATE_COOLDOWN, c->rules ? rp_rules_skipped(c->rules, RP_GATE_COOLDOWN) : 0 },
+		{ "rule", RP_GATE_RATE_LIMIT, c->rules ? rp_rules_skipped(c->rules, RP_GATE_RATE_LIMIT) : 0 },
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		fprintf(f, "ringprof_triggers_skipped_total{source=\"%s\",reason=\"%s\"} %llu\n",
+			rows[i].source, rp_gate_verdict_name(rows[i].v), (unsigned long long)rows[i].n);
 }
 
 static int op_metrics(void *ctx, char **text, struct rp_err *err)
@@ -509,19 +866,31 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 		(unsigned long long)c->sessions_failed);
 	fprintf(f, "# HELP ringprof_sessions_open Sessions open now.\n"
 		   "# TYPE ringprof_sessions_open gauge\nringprof_sessions_open %u\n", open);
+	fprintf(f, "# HELP ringprof_retention_deleted_total Sessions deleted to keep the log directory within its quota.\n"
+		   "# TYPE ringprof_retention_deleted_total counter\nringprof_retention_deleted_total %llu\n"
+		   "# HELP ringprof_logdir_bytes Disk usage of the sessions in the log directory, at the last retention pass.\n"
+		   "# TYPE ringprof_logdir_bytes gauge\nringprof_logdir_bytes %llu\n"
+		   "# HELP ringprof_logdir_sessions Sessions in the log directory, at the last retention pass.\n"
+		   "# TYPE ringprof_logdir_sessions gauge\nringprof_logdir_sessions %llu\n",
+		(unsigned long long)c->retention_deleted, (unsigned long long)c->logdir_bytes,
+		(unsigned long long)c->logdir_sessions);
 	fprintf(f, "# HELP ringprof_snapshot_freeze_seconds Last snapshot: request until its window could no longer be overwritten.\n"
 		   "# TYPE ringprof_snapshot_freeze_seconds gauge\nringprof_snapshot_freeze_seconds %.9g\n",
 		c->last_freeze_s);
-	fprintf(f, "# HELP ringprof_snapshot_seconds Snapshot request until the session is complete on disk.\n"
-		   "# TYPE ringprof_snapshot_seconds histogram\n");
-	for (size_t i = 0; i < NBOUNDS; i++)
-		fprintf(f, "ringprof_snapshot_seconds_bucket{le=\"%g\"} %llu\n", latency_bounds[i],
-			(unsigned long long)c->latency_buckets[i]);
-	fprintf(f, "ringprof_snapshot_seconds_bucket{le=\"+Inf\"} %llu\n"
-		   "ringprof_snapshot_seconds_sum %.9g\nringprof_snapshot_seconds_count %llu\n",
-		(unsigned long long)c->latency_count, c->latency_sum,
-		(unsigned long long)c->latency_count);
+	put_latency(f, "ringprof_snapshot_seconds",
+		    "Snapshot request until the session is complete on disk.", &c->snapshot_latency);
+	fprintf(f, "# HELP ringprof_triggers_total Snapshots taken by a trigger, by source.\n"
+		   "# TYPE ringprof_triggers_total counter\n");
+	for (int s = 0; s < NSOURCES; s++)
+		fprintf(f, "ringprof_triggers_total{source=\"%s\"} %llu\n", source_names[s],
+			(unsigned long long)c->triggers[s]);
+	put_latency(f, "ringprof_trigger_latency_seconds",
+		    "Alert received or rule fired until its session is complete on disk.",
+		    &c->trigger_latency);
 	pthread_mutex_unlock(&c->lock);
+	put_skipped(c, f);
+	if (c->rules)
+		rp_rules_write_metrics(c->rules, f);
 	fclose(f);
 	return 0;
 }
@@ -534,4 +903,6 @@ const struct rp_api_ops rp_control_ops = {
 	.session_list = op_session_list,
 	.session_get = op_session_get,
 	.metrics = op_metrics,
+	.alertmanager = op_alertmanager,
+	.session_keep = op_session_keep,
 };

@@ -8,10 +8,14 @@
 #include "config.h"
 #include "err.h"
 #include "rings.h"
+#include "rules.h"
 
 struct rp_control;
 
-int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings,
+/* rules (borrowed, may be NULL): their firings become snapshots, taken
+ * by the session thread once each window has ended, and their range
+ * histograms go into /metrics. */
+int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_rules *rules,
 		   struct rp_control **out, struct rp_err *err);
 /* Close every open session (complete, window ending now) and free. */
 void rp_control_free(struct rp_control *c);

@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "client.h"
 #include "config.h"
 #include "control.h"
 #include "notify.h"
 #include "producers.h"
 #include "rings.h"
+#include "rules.h"
 
 #define VERSION "0.1.0"
 
@@ -44,26 +46,6 @@ static int copy_flag(char *dst, size_t len, const char *value, const char *flag)
 		return -1;
 	}
 	memcpy(dst, value, strlen(value) + 1);
-	return 0;
-}
-
-static int read_token(const char *path, char *token, size_t len)
-{
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "ringprofd: cannot read token file %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	token[0] = 0;
-	if (!fgets(token, (int)len, f))
-		token[0] = 0;
-	fclose(f);
-	token[strcspn(token, " \t\r\n")] = 0;
-	if (strlen(token) < 16) {
-		fprintf(stderr, "ringprofd: token in %s is shorter than 16 characters: "
-				"write a long random token there (e.g. `openssl rand -hex 32`)\n", path);
-		return -1;
-	}
 	return 0;
 }
 
@@ -151,8 +133,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	char token[256] = "";
-	if (cfg.tcp_listen[0] && read_token(cfg.token_file, token, sizeof(token)) < 0)
+	if (cfg.tcp_listen[0] && rp_client_read_token(cfg.token_file, token, sizeof(token), &err) < 0) {
+		fprintf(stderr, "ringprofd: %s\n", err.msg);
 		return 1;
+	}
 
 	int ready_fd = -1;
 	if (!foreground && detach(&ready_fd) < 0) {
@@ -169,6 +153,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	struct rp_rules *rules = NULL;
 	struct rp_rings *rings = NULL;
 	struct rp_control *control = NULL;
 	struct rp_producers *producers = NULL;
@@ -180,9 +165,14 @@ int main(int argc, char **argv)
 		.token = token[0] ? token : NULL,
 		.max_duration_ns = cfg.max_duration_ns,
 	};
-	int rc = rp_rings_start(&cfg, &rings, &err);
+	/* The rules watch what the ingest thread drains: they outlive the rings. */
+	int rc = rp_rules_new(cfg.rules, cfg.nrules, &rules, &err);
 	if (rc == 0)
-		rc = rp_control_new(&cfg, rings, &control, &err);
+		rc = rp_rings_start(&cfg, &rings, &err);
+	if (rc == 0) {
+		rp_rings_set_observer(rings, rp_rules_observe, rules);
+		rc = rp_control_new(&cfg, rings, rules, &control, &err);
+	}
 	/* The API first: it refuses to start beside a live daemon, before
 	 * anything of that daemon's (its producer socket) is touched. */
 	if (rc == 0)
@@ -230,5 +220,6 @@ int main(int argc, char **argv)
 	rp_producers_stop(producers);
 	rp_control_free(control);
 	rp_rings_stop(rings);
+	rp_rules_free(rules);
 	return rc < 0 ? 1 : 0;
 }

@@ -12,8 +12,10 @@
 #include <sys/stat.h>
 
 #include "clock.h"
+#include "hostmetrics.h"
 #include "parse.h"
 #ifdef RINGPROF_HAVE_SAMPLER
+#include "procinfo.h"
 #include "sampler.h"
 #endif
 
@@ -42,9 +44,12 @@ struct rp_rings {
 #ifdef RINGPROF_HAVE_SAMPLER
 	struct rp_sampler *sampler;      /* ingest thread only, once started */
 	uint64_t sampler_lost_seen;
+	unsigned sampler_hz_recorded;    /* cpu_sampler_hz in the host ring */
 	struct sample_ctx *sample_ctx;
 #endif
 	struct rp_collector_info sampler_info; /* guarded by lock */
+	struct rp_hostmetrics *hostmetrics;    /* ingest thread only; NULL when off */
+	uint64_t hostmetrics_error_logged;
 	pthread_mutex_t devices_lock;    /* serialises device creation */
 	struct device *devices[RP_MAX_DEVICES];
 	atomic_uint ndevices;            /* entries below it are immutable */
@@ -57,6 +62,8 @@ struct rp_rings {
 	uint64_t flush_requested, flush_done;
 	int flush_status;
 	bool stop;
+	rp_drain_observer observer;      /* handed to every drain by the ingest thread */
+	void *observer_ctx;
 };
 
 static int open_device(struct rp_rings *r, const char *name, struct device **out,
@@ -171,6 +178,26 @@ static int flush_all(struct rp_rings *r, unsigned n)
 	return status;
 }
 
+static int to_drain(void *ctx, const struct rp_event *ev)
+{
+	return rp_drain_add(ctx, ev, NULL);
+}
+
+/* Host metrics go to the host ring; a failing read is logged once a
+ * minute at most. */
+static void poll_host_metrics(struct rp_rings *r)
+{
+	if (!r->hostmetrics)
+		return;
+	uint64_t now = rp_clock_now_ns();
+	struct rp_err err = { 0 };
+	if (rp_hostmetrics_poll(r->hostmetrics, now, to_drain, r->devices[0]->drain, &err) < 0 &&
+	    now - r->hostmetrics_error_logged > 60000000000ull) {
+		fprintf(stderr, "ringprofd: %s\n", err.msg);
+		r->hostmetrics_error_logged = now;
+	}
+}
+
 #ifdef RINGPROF_HAVE_SAMPLER
 /* Threads whose name is already in the host ring.  A sample carries its
  * thread's comm, but names live in metadata events (repeated in every
@@ -180,6 +207,7 @@ static int flush_all(struct rp_rings *r, unsigned n)
 #define SEEN_SLOTS 8192
 struct sample_ctx {
 	struct rp_drain *host;
+	struct rp_procinfo *procinfo;
 	uint32_t seen[SEEN_SLOTS];
 	unsigned nseen;
 };
@@ -204,18 +232,34 @@ static bool first_sight(struct sample_ctx *c, uint32_t tid)
 static int add_sample(void *ctx, const struct rp_event *ev)
 {
 	struct sample_ctx *c = ctx;
+	/* The process's name, command line and mappings precede its first
+	 * sample, and new mappings the first sample that runs in them. */
+	rp_procinfo_sample(c->procinfo, ev, to_drain, c->host);
 	if (ev->name && ev->tid && first_sight(c, ev->tid)) {
-		struct rp_event name = { .kind = ev->tid == ev->pid ? RP_EV_PROCESS_NAME : RP_EV_THREAD_NAME,
-					 .ts = ev->ts, .pid = ev->pid, .tid = ev->tid, .name = ev->name };
+		struct rp_event name = { .kind = RP_EV_THREAD_NAME, .ts = ev->ts, .pid = ev->pid,
+					 .tid = ev->tid, .name = ev->name };
 		rp_drain_add(c->host, &name, NULL);
-		if (name.kind == RP_EV_PROCESS_NAME) { /* the main thread is named too */
-			name.kind = RP_EV_THREAD_NAME;
-			rp_drain_add(c->host, &name, NULL);
-		}
 	}
 	return rp_drain_add(c->host, ev, NULL);
 }
+
+static void forget_process(void *ctx, uint32_t pid)
+{
+	rp_drain_forget(ctx, pid);
+}
 #endif
+
+/* Processes the sampler described and that exited are forgotten: the
+ * chunks holding their samples hold their names and mappings already. */
+static void reap_processes(struct rp_rings *r)
+{
+#ifdef RINGPROF_HAVE_SAMPLER
+	if (r->sampler)
+		rp_procinfo_reap(r->sample_ctx->procinfo, forget_process, r->devices[0]->drain);
+#else
+	(void)r;
+#endif
+}
 
 /* CPU samples go to the host ring (device 0); samples the BPF ring buffer
  * lost become a drops event, so snapshots count them too. */
@@ -234,6 +278,13 @@ static void poll_sampler(struct rp_rings *r)
 				       .u.drops.count = st.lost - r->sampler_lost_seen };
 		rp_drain_add(host, &ev, NULL);
 		r->sampler_lost_seen = st.lost;
+	}
+	if (st.frequency_hz != r->sampler_hz_recorded) {
+		/* Repeated in every chunk: what CPU time a sample stands for. */
+		struct rp_event hz = { .kind = RP_EV_COUNTER, .ts = rp_clock_now_ns(),
+				       .name = "cpu_sampler_hz", .u.counter.value = st.frequency_hz };
+		if (rp_drain_add_sticky(host, &hz, NULL) == 0)
+			r->sampler_hz_recorded = st.frequency_hz;
 	}
 	pthread_mutex_lock(&r->lock);
 	r->sampler_info.events = st.samples;
@@ -265,8 +316,10 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 		.cgroup_path = r->cfg->sampler_cgroup[0] ? r->cfg->sampler_cgroup : NULL,
 	};
 	r->sample_ctx = calloc(1, sizeof(*r->sample_ctx));
-	rc = r->sample_ctx ? rp_sampler_open(&so, &r->sampler, &serr)
+	rc = r->sample_ctx ? rp_procinfo_new("/proc", &r->sample_ctx->procinfo, &serr)
 			   : rp_err_set(&serr, -ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = rp_sampler_open(&so, &r->sampler, &serr);
 #else
 	rc = rp_err_set(&serr, -ENOTSUP,
 			"this ringprofd was built without the eBPF sampler (bpftool, clang, libbpf "
@@ -285,6 +338,15 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 	return 0;
 }
 
+/* Host metrics are optional too: without /proc the daemon runs on. */
+static void start_host_metrics(struct rp_rings *r)
+{
+	struct rp_err err = { 0 };
+	if (r->cfg->host_metrics_enabled &&
+	    rp_hostmetrics_new("/proc", r->cfg->host_metrics_interval_ns, &r->hostmetrics, &err) < 0)
+		fprintf(stderr, "ringprofd: host metrics disabled: %s\n", err.msg);
+}
+
 static void *ingest_main(void *arg)
 {
 	struct rp_rings *r = arg;
@@ -296,6 +358,8 @@ static void *ingest_main(void *arg)
 		r->pending = NULL;
 		/* Only requests not served yet: the counters only grow. */
 		uint64_t flush_wanted = r->flush_requested > r->flush_done ? r->flush_requested : 0;
+		rp_drain_observer observer = r->observer;
+		void *observer_ctx = r->observer_ctx;
 		pthread_mutex_unlock(&r->lock);
 
 		while (pending) {
@@ -307,7 +371,11 @@ static void *ingest_main(void *arg)
 		unsigned n = atomic_load_explicit(&r->ndevices, memory_order_acquire);
 		uint64_t now = rp_clock_now_ns();
 		bool reap = now - last_reap >= REAP_INTERVAL_NS;
+		/* Drains are this thread's alone, so the observer is set here. */
+		for (unsigned i = 0; i < n; i++)
+			rp_drain_set_observer(r->devices[i]->drain, observer, observer_ctx);
 		poll_sampler(r);
+		poll_host_metrics(r);
 		for (unsigned i = 0; i < n; i++) {
 			struct device *d = r->devices[i];
 			struct rp_err err = { 0 };
@@ -319,8 +387,10 @@ static void *ingest_main(void *arg)
 			if (reap)
 				rp_drain_reap(d->drain, pid_gone, NULL);
 		}
-		if (reap)
+		if (reap) {
+			reap_processes(r);
 			last_reap = now;
+		}
 		int flush_status = 0;
 		if (flush_wanted)
 			flush_status = flush_all(r, n);
@@ -420,13 +490,17 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	}
 	if (rc == 0)
 		rc = start_sampler(r, err);
+	if (rc == 0)
+		start_host_metrics(r);
 	if (rc == 0 && (rc = -pthread_create(&r->thread, NULL, ingest_main, r)) < 0)
 		rp_err_set(err, rc, "cannot start the ingest thread: %s", strerror(-rc));
 	if (rc < 0) {
 #ifdef RINGPROF_HAVE_SAMPLER
 		rp_sampler_close(r->sampler);
+		rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
 		free(r->sample_ctx);
 #endif
+		rp_hostmetrics_free(r->hostmetrics);
 		for (unsigned i = 0; i < atomic_load(&r->ndevices); i++) {
 			rp_drain_free(r->devices[i]->drain);
 			rp_ringfile_close(r->devices[i]->rf);
@@ -450,8 +524,10 @@ void rp_rings_stop(struct rp_rings *r)
 	pthread_join(r->thread, NULL);
 #ifdef RINGPROF_HAVE_SAMPLER
 	rp_sampler_close(r->sampler);
+	rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
 	free(r->sample_ctx);
 #endif
+	rp_hostmetrics_free(r->hostmetrics);
 	for (struct pending *p = r->pending, *next; p; p = next) {
 		next = p->next;
 		rp_shmring_close(p->ring);
@@ -503,6 +579,14 @@ int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *r
 	pthread_cond_signal(&r->wake);
 	pthread_mutex_unlock(&r->lock);
 	return 0;
+}
+
+void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx)
+{
+	pthread_mutex_lock(&r->lock);
+	r->observer = fn;
+	r->observer_ctx = ctx;
+	pthread_mutex_unlock(&r->lock);
 }
 
 int rp_rings_flush(struct rp_rings *r, struct rp_err *err)

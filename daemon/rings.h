@@ -54,6 +54,10 @@ void rp_rings_stop(struct rp_rings *r);
 int rp_rings_attach(struct rp_rings *r, const char *device,
 		    struct rp_shmring *ring, const char *thread_name,
 		    struct rp_err *err);
+/* Have the ingest thread show every event it takes in, on every device
+ * ring, to fn (see rp_drain_set_observer) from its next pass on.  ctx must
+ * outlive the rings. */
+void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx);
 /* Seal everything producers committed up to now and wait for it to be
  * written, so that a window read includes it. */
 int rp_rings_flush(struct rp_rings *r, struct rp_err *err);

@@ -21,10 +21,11 @@ enum {
 #define NAMED_KINDS                                                              \
 	((1u << RP_EV_RANGE_BEGIN) | (1u << RP_EV_INSTANT) | (1u << RP_EV_COUNTER) | \
 	 (1u << RP_EV_GPU_ACTIVITY) | (1u << RP_EV_API_CALL) |                     \
-	 (1u << RP_EV_PROCESS_NAME) | (1u << RP_EV_THREAD_NAME))
+	 (1u << RP_EV_PROCESS_NAME) | (1u << RP_EV_THREAD_NAME) |                   \
+	 (1u << RP_EV_MAPPING) | (1u << RP_EV_PROCESS_CMDLINE))
 
 /* Most bytes one add can write: a thread definition (11) plus either a
- * string definition (258) and a GPU record (62), or a 127-frame stack
+ * string definition (258) and a mapping record (72), or a 127-frame stack
  * definition (1273) and a sample record (26).  Checking the target before
  * an add therefore bounds the raw size by target + ENC_MAX. */
 #define ENC_MAX 1536
@@ -247,6 +248,10 @@ void rp_chunk_builder_free(struct rp_chunk_builder *b)
 
 uint32_t rp_chunk_builder_count(const struct rp_chunk_builder *b) { return b->count; }
 uint64_t rp_chunk_builder_opened_ts(const struct rp_chunk_builder *b) { return b->opened_ts; }
+size_t rp_chunk_builder_room(const struct rp_chunk_builder *b)
+{
+	return b->len < b->target ? b->target - b->len : 0;
+}
 
 /* Make the array *pp (any object pointer, capacity *cap elements of elem
  * bytes) hold need elements, doubling.  memcpy moves the pointer so one
@@ -446,6 +451,9 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 	    (ev->u.sample.nframes > RP_STACK_MAX || ev->u.sample.nkernel > ev->u.sample.nframes ||
 	     (ev->u.sample.nframes && !ev->u.sample.frames)))
 		return -EINVAL;
+	if (kind == RP_EV_MAPPING && (ev->u.mapping.end < ev->u.mapping.start ||
+				      ev->u.mapping.build_id_len > RP_BUILD_ID_MAX))
+		return -EINVAL;
 	if (!force && b->len >= b->target)
 		return -ENOSPC;
 	if (need_reserve(b)) {
@@ -493,7 +501,15 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 		p = put_u(p, ev->u.drops.count);
 		b->dropped = sat_add(b->dropped, ev->u.drops.count);
 		break;
-	default: /* range begin/end, instant, process/thread name: no more */
+	case RP_EV_MAPPING:
+		p = put_u(p, ev->u.mapping.start);
+		p = put_u(p, ev->u.mapping.end - ev->u.mapping.start);
+		p = put_u(p, ev->u.mapping.offset);
+		*p++ = ev->u.mapping.build_id_len;
+		memcpy(p, ev->u.mapping.build_id, ev->u.mapping.build_id_len);
+		p += ev->u.mapping.build_id_len;
+		break;
+	default: /* range begin/end, instant, process/thread name, cmdline: no more */
 		break;
 	}
 
@@ -758,6 +774,29 @@ static int get_counter(struct rp_chunk_reader *r, struct rp_err *err, double *va
 	return 0;
 }
 
+static int get_mapping(struct rp_chunk_reader *r, struct rp_err *err, struct rp_event *ev)
+{
+	uint64_t start, size;
+	int rc;
+	if ((rc = get_field(r, err, "mapping start", UINT64_MAX, &start)) < 0 ||
+	    (rc = get_field(r, err, "mapping size", UINT64_MAX - start, &size)) < 0 ||
+	    (rc = get_field(r, err, "mapping offset", UINT64_MAX, &ev->u.mapping.offset)) < 0)
+		return rc;
+	ev->u.mapping.start = start;
+	ev->u.mapping.end = start + size;
+	if (r->pos >= r->len)
+		return corrupt(r, err, "build-id length runs past the end");
+	uint8_t n = r->raw[r->pos];
+	if (n > RP_BUILD_ID_MAX)
+		return corrupt(r, err, "build-id of %u bytes exceeds %d", n, RP_BUILD_ID_MAX);
+	if (n > r->len - r->pos - 1)
+		return corrupt(r, err, "build-id of %u bytes runs past the end", n);
+	memcpy(ev->u.mapping.build_id, r->raw + r->pos + 1, n);
+	ev->u.mapping.build_id_len = n;
+	r->pos += 1 + (size_t)n;
+	return 0;
+}
+
 /* The fields after the tag of an event record. */
 static int get_event(struct rp_chunk_reader *r, unsigned kind, struct rp_event *ev,
 		     struct rp_err *err)
@@ -818,6 +857,10 @@ static int get_event(struct rp_chunk_reader *r, unsigned kind, struct rp_event *
 		break;
 	case RP_EV_DROPS:
 		if ((rc = get_field(r, err, "drop count", UINT64_MAX, &ev->u.drops.count)) < 0)
+			return rc;
+		break;
+	case RP_EV_MAPPING:
+		if ((rc = get_mapping(r, err, ev)) < 0)
 			return rc;
 		break;
 	default:

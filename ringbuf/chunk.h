@@ -32,6 +32,9 @@ uint32_t rp_chunk_builder_count(const struct rp_chunk_builder *b);
 /* Host-clock timestamp of the first event added since the last seal
  * (0 when there is none). */
 uint64_t rp_chunk_builder_opened_ts(const struct rp_chunk_builder *b);
+/* Raw bytes that can still be added before add returns -ENOSPC (the
+ * encoded size of an event is its tag, fields and new definitions). */
+size_t rp_chunk_builder_room(const struct rp_chunk_builder *b);
 
 /* Seal the events added so far into out (capacity out_cap, which must be
  * at least max_chunk_bytes) as chunk number seq; *out_len gets its size.

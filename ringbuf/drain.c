@@ -9,13 +9,23 @@
 
 #define DEFAULT_SEAL_INTERVAL_NS 1000000000ull
 #define CALIBRATION_REFRESH_NS 1000000000ull
+/* Bounds of the metadata repeated in every chunk: names, command lines
+ * and sticky events, and (executable) mappings.  When full, the oldest
+ * entries make room. */
 #define MAX_NAMES 1024
+#define MAX_MAPPINGS 4096
 
-/* A process or thread name, repeated at the start of every chunk. */
-struct name_entry {
-	uint8_t kind;
-	uint32_t pid, tid;
+/* Metadata repeated at the start of every chunk: ev as added, with its
+ * name copied (ev.name is re-pointed at name when replayed). */
+struct sticky {
+	struct rp_event ev;
 	char name[RP_NAME_MAX + 1];
+};
+
+/* Entries of one kind of metadata; grown on demand up to cap. */
+struct sticky_set {
+	struct sticky *e;
+	size_t n, alloc, cap, next_evict;
 };
 
 struct producer {
@@ -41,11 +51,15 @@ struct rp_drain {
 	struct rp_drain_stats st;
 	struct rp_err *poll_err; /* where the drain callback reports */
 
-	/* Names are recorded once, when a thread starts; repeating them in
-	 * every chunk keeps any window (and so any snapshot) able to name
-	 * its threads. */
-	struct name_entry *names;
-	size_t nnames, next_evict;
+	/* Names, command lines and mappings are recorded once, when a
+	 * thread or process is first seen; repeating them in every chunk
+	 * keeps any window (and so any snapshot) able to name its threads
+	 * and symbolize its stacks. */
+	struct sticky_set names, maps;
+	size_t maps_replayed; /* where the next replay of maps starts */
+
+	rp_drain_observer observer;
+	void *observer_ctx;
 };
 
 int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
@@ -61,12 +75,12 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 							     : DEFAULT_SEAL_INTERVAL_NS;
 	d->chunk_cap = rp_ringfile_max_chunk(rf);
 	d->chunk_buf = malloc(d->chunk_cap);
-	d->names = malloc(MAX_NAMES * sizeof(*d->names));
-	int rc = d->chunk_buf && d->names ? rp_chunk_builder_new(rst.device_id, d->chunk_cap, &d->builder)
+	d->names.cap = MAX_NAMES;
+	d->maps.cap = MAX_MAPPINGS;
+	int rc = d->chunk_buf ? rp_chunk_builder_new(rst.device_id, d->chunk_cap, &d->builder)
 			      : -ENOMEM;
 	if (rc < 0) {
 		free(d->chunk_buf);
-		free(d->names);
 		free(d);
 		return rp_err_set(err, rc, "cannot create a chunk builder for ring %s: %s",
 				  rst.device, strerror(-rc));
@@ -78,6 +92,8 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 	*out = d;
 	return 0;
 }
+
+static bool replay_metadata(struct rp_drain *d, uint64_t ts);
 
 static int seal_one(struct rp_drain *d, struct rp_err *err)
 {
@@ -97,62 +113,122 @@ static int seal_one(struct rp_drain *d, struct rp_err *err)
 	d->st.raw_bytes += hdr.raw_size;
 	d->st.comp_bytes += len;
 	d->chunk_opened_ns = rp_chunk_builder_count(d->builder) ? rp_clock_now_ns() : 0;
+	/* A split seal carried events over into the next chunk: it gets the
+	 * metadata after them. */
+	if (rp_chunk_builder_count(d->builder))
+		replay_metadata(d, rp_chunk_builder_opened_ts(d->builder));
 	return 0;
 }
 
-static bool is_name_event(const struct rp_event *ev)
+/* Names and process metadata are repeated in every chunk on their own;
+ * other kinds only when added with rp_drain_add_sticky. */
+static bool is_metadata(const struct rp_event *ev)
 {
-	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_THREAD_NAME;
+	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_THREAD_NAME ||
+	       ev->kind == RP_EV_PROCESS_CMDLINE || ev->kind == RP_EV_MAPPING;
 }
 
-static void remember_name(struct rp_drain *d, const struct rp_event *ev)
+/* Whether a replaces b: a mapping replaces the mappings of its process it
+ * overlaps (the process mapped something else there); a name, the name of
+ * its thread; any other sticky event, the one of the same name. */
+static bool replaces(const struct rp_event *a, const struct sticky *old)
 {
-	struct name_entry *e = NULL;
-	for (size_t i = 0; i < d->nnames && !e; i++)
-		if (d->names[i].kind == ev->kind && d->names[i].pid == ev->pid &&
-		    d->names[i].tid == ev->tid)
-			e = &d->names[i];
-	if (!e && d->nnames < MAX_NAMES)
-		e = &d->names[d->nnames++];
-	if (!e) /* full: the oldest entries make room */
-		e = &d->names[d->next_evict++ % MAX_NAMES];
-	*e = (struct name_entry){ .kind = ev->kind, .pid = ev->pid, .tid = ev->tid };
-	snprintf(e->name, sizeof(e->name), "%s", ev->name ? ev->name : "");
+	const struct rp_event *b = &old->ev;
+	if (a->kind != b->kind || a->pid != b->pid)
+		return false;
+	if (a->kind == RP_EV_MAPPING)
+		return a->u.mapping.start < b->u.mapping.end && b->u.mapping.start < a->u.mapping.end;
+	if (a->tid != b->tid)
+		return false;
+	if (a->kind == RP_EV_PROCESS_NAME || a->kind == RP_EV_THREAD_NAME ||
+	    a->kind == RP_EV_PROCESS_CMDLINE)
+		return true;
+	return strcmp(a->name ? a->name : "", old->name) == 0;
 }
 
-static void forget_names(struct rp_drain *d, uint32_t pid)
+static void sticky_remove(struct sticky_set *s, size_t i)
 {
-	for (size_t i = 0; i < d->nnames;)
-		if (d->names[i].pid == pid)
-			d->names[i] = d->names[--d->nnames];
+	s->e[i] = s->e[--s->n];
+}
+
+/* Returns -ENOMEM when the set cannot grow (the event is then not
+ * repeated, but still recorded once). */
+static int remember(struct rp_drain *d, const struct rp_event *ev)
+{
+	struct sticky_set *s = ev->kind == RP_EV_MAPPING ? &d->maps : &d->names;
+	for (size_t i = 0; i < s->n;)
+		if (replaces(ev, &s->e[i]))
+			sticky_remove(s, i);
 		else
 			i++;
+	struct sticky *e;
+	if (s->n < s->cap) {
+		if (s->n == s->alloc) {
+			size_t alloc = s->alloc ? 2 * s->alloc : 16;
+			if (alloc > s->cap)
+				alloc = s->cap;
+			struct sticky *grown = realloc(s->e, alloc * sizeof(*grown));
+			if (!grown)
+				return -ENOMEM;
+			s->e = grown;
+			s->alloc = alloc;
+		}
+		e = &s->e[s->n++];
+	} else {
+		e = &s->e[s->next_evict++ % s->cap]; /* full: the oldest entries make room */
+	}
+	e->ev = *ev;
+	snprintf(e->name, sizeof(e->name), "%s", ev->name ? ev->name : "");
+	e->ev.name = NULL;
+	return 0;
 }
 
-/* Open a new chunk with every known name, stamped at ts. */
-static void replay_names(struct rp_drain *d, uint64_t ts)
+void rp_drain_forget(struct rp_drain *d, uint32_t pid)
 {
-	for (size_t i = 0; i < d->nnames; i++) {
-		const struct name_entry *e = &d->names[i];
-		struct rp_event ev = { .kind = e->kind, .ts = ts, .pid = e->pid, .tid = e->tid,
-				       .name = e->name };
-		if (rp_chunk_builder_add(d->builder, &ev) < 0)
-			break; /* a chunk too small for all names keeps what fits */
+	struct sticky_set *sets[] = {&d->names, &d->maps};
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; i < sets[k]->n;)
+			if (sets[k]->e[i].ev.pid == pid)
+				sticky_remove(sets[k], i);
+			else
+				i++;
+}
+
+static bool replay_one(struct rp_drain *d, const struct sticky *e, uint64_t ts)
+{
+	struct rp_event ev = e->ev;
+	ev.ts = ts;
+	ev.name = e->name;
+	return rp_chunk_builder_add(d->builder, &ev) == 0;
+}
+
+/* Open a new chunk with the remembered metadata, stamped at ts, in at
+ * most half of the chunk so that events always find room.  Names come
+ * first; mappings that do not fit are replayed first in the next chunk,
+ * so over a few chunks every one is.  Returns whether everything fit. */
+static bool replay_metadata(struct rp_drain *d, uint64_t ts)
+{
+	size_t keep = rp_chunk_builder_room(d->builder) / 2;
+	for (size_t i = 0; i < d->names.n; i++)
+		if (rp_chunk_builder_room(d->builder) < keep || !replay_one(d, &d->names.e[i], ts))
+			return false;
+	for (size_t k = 0; k < d->maps.n; k++) {
+		size_t i = (d->maps_replayed + k) % d->maps.n;
+		if (rp_chunk_builder_room(d->builder) < keep || !replay_one(d, &d->maps.e[i], ts)) {
+			d->maps_replayed = i;
+			return false;
+		}
 	}
+	return true;
 }
 
 /* Add one event in host ns, sealing as often as the builder asks. */
 static int add_event(struct rp_drain *d, const struct rp_event *ev, struct rp_err *err)
 {
-	bool name = is_name_event(ev);
-	if (name)
-		remember_name(d, ev);
+	bool remembered = is_metadata(ev) && remember(d, ev) == 0;
 	for (int tries = 0;; tries++) {
-		if (rp_chunk_builder_count(d->builder) == 0) {
-			replay_names(d, ev->ts);
-			if (name)
-				break; /* the replay included it */
-		}
+		if (rp_chunk_builder_count(d->builder) == 0 && replay_metadata(d, ev->ts) && remembered)
+			break; /* the replay included it */
 		int rc = rp_chunk_builder_add(d->builder, ev);
 		if (rc == 0)
 			break;
@@ -166,12 +242,25 @@ static int add_event(struct rp_drain *d, const struct rp_event *ev, struct rp_er
 	if (!d->chunk_opened_ns)
 		d->chunk_opened_ns = rp_clock_now_ns();
 	d->st.events++;
+	if (d->observer)
+		d->observer(d->observer_ctx, ev);
 	return 0;
 }
 
 int rp_drain_add(struct rp_drain *d, const struct rp_event *ev, struct rp_err *err)
 {
 	return add_event(d, ev, err);
+}
+
+int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev, struct rp_err *err)
+{
+	if (ev->kind == RP_EV_CPU_SAMPLE)
+		return rp_err_set(err, -EINVAL, "a CPU sample cannot be repeated in every chunk");
+	int rc = add_event(d, ev, err);
+	if (rc == 0 && !is_metadata(ev) && remember(d, ev) < 0)
+		return rp_err_set(err, -ENOMEM, "out of memory remembering a %s event",
+				  rp_event_kind_name(ev->kind));
+	return rc;
 }
 
 static uint64_t to_host_ns(const struct rp_drain *d, const struct rp_shmring *r, uint64_t t)
@@ -293,7 +382,7 @@ int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx), voi
 			i++;
 			continue;
 		}
-		forget_names(d, rp_shmring_pid(p->ring));
+		rp_drain_forget(d, rp_shmring_pid(p->ring));
 		rp_shmring_close(p->ring);
 		d->producers[i] = d->producers[--d->nproducers];
 		reaped++;
@@ -307,6 +396,12 @@ void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st)
 	st->producers = (unsigned)d->nproducers;
 }
 
+void rp_drain_set_observer(struct rp_drain *d, rp_drain_observer fn, void *ctx)
+{
+	d->observer = fn;
+	d->observer_ctx = ctx;
+}
+
 void rp_drain_free(struct rp_drain *d)
 {
 	if (!d)
@@ -317,6 +412,7 @@ void rp_drain_free(struct rp_drain *d)
 	free(d->producers);
 	rp_chunk_builder_free(d->builder);
 	free(d->chunk_buf);
-	free(d->names);
+	free(d->names.e);
+	free(d->maps.e);
 	free(d);
 }

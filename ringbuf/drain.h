@@ -47,9 +47,23 @@ int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring);
 int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx),
 		  void *ctx);
 
-/* Add an event produced inside this process (ts in host ns). */
+/* Add an event produced inside this process (ts in host ns).  Process
+ * and thread names, command lines and mappings are also repeated in every
+ * later chunk, so that any window can name threads and symbolize stacks;
+ * a mapping replaces the ones of its process it overlaps.  Bounded: 1024
+ * names, 4096 mappings (the oldest make room); the repeats take at most
+ * half of a chunk, mappings that do not fit come first in the next one;
+ * a chunk filled by events a split seal carried over gets none. */
 int rp_drain_add(struct rp_drain *d, const struct rp_event *ev,
 		 struct rp_err *err);
+/* Add ev and repeat it at the start of every later chunk, like a name,
+ * until an event of the same kind, pid, tid and name replaces it (e.g.
+ * the sampling frequency).  Not for CPU samples (-EINVAL). */
+int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev,
+			struct rp_err *err);
+/* Stop repeating the names, mappings and sticky events of process pid
+ * (it exited: chunks holding its events already hold them). */
+void rp_drain_forget(struct rp_drain *d, uint32_t pid);
 
 /* Drain every attached ring, seal full or old chunks, append them.
  * Returns the number of events taken in, or a negative errno. */
@@ -61,5 +75,12 @@ long rp_drain_poll(struct rp_drain *d, struct rp_err *err);
 int rp_drain_flush(struct rp_drain *d, struct rp_err *err);
 
 void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st);
+
+/* Called on the drain's thread with every event as it is added, in host
+ * ns (names borrowed for the call only).  It must be quick and must not
+ * call back into the drain: it runs inside the ingest loop.  fn NULL
+ * removes it. */
+typedef void (*rp_drain_observer)(void *ctx, const struct rp_event *ev);
+void rp_drain_set_observer(struct rp_drain *d, rp_drain_observer fn, void *ctx);
 
 #endif

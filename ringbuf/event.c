@@ -13,6 +13,8 @@ const char *rp_event_kind_name(unsigned kind)
 		[RP_EV_PROCESS_NAME] = "process_name",
 		[RP_EV_THREAD_NAME] = "thread_name",
 		[RP_EV_DROPS] = "drops",
+		[RP_EV_MAPPING] = "mapping",
+		[RP_EV_PROCESS_CMDLINE] = "process_cmdline",
 	};
 	if (kind < sizeof(names) / sizeof(names[0]) && names[kind])
 		return names[kind];

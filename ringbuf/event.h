@@ -19,7 +19,13 @@ enum rp_event_kind {
 	RP_EV_PROCESS_NAME = 8, /* pid, name */
 	RP_EV_THREAD_NAME = 9,  /* pid, tid, name */
 	RP_EV_DROPS = 10,       /* pid, tid of the producer; u.drops.count */
-	RP_EV_KIND_MAX = RP_EV_DROPS,
+	/* Metadata the daemon records about sampled processes, so that their
+	 * stacks can be symbolized later, even after they exit.  Producer
+	 * rings never carry these (RP_EV_PRODUCER_KIND_MAX). */
+	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process */
+	RP_EV_PROCESS_CMDLINE = 12, /* pid, name = command line, arguments joined by spaces */
+	RP_EV_KIND_MAX = RP_EV_PROCESS_CMDLINE,
+	RP_EV_PRODUCER_KIND_MAX = RP_EV_DROPS,
 };
 
 enum rp_gpu_activity_kind {
@@ -32,6 +38,8 @@ enum rp_gpu_activity_kind {
 #define RP_NAME_MAX 255
 /* Deepest stack kept (kernel + user frames). */
 #define RP_STACK_MAX 127
+/* Longest build-id kept (a GNU build-id is a 20-byte SHA-1 by default). */
+#define RP_BUILD_ID_MAX 20
 
 struct rp_event {
 	uint8_t kind;          /* enum rp_event_kind */
@@ -65,8 +73,18 @@ struct rp_event {
 		struct {
 			uint64_t count;
 		} drops;
+		struct {
+			uint64_t start, end;  /* [start, end) in the process */
+			uint64_t offset;      /* file offset mapped at start */
+			uint8_t build_id[RP_BUILD_ID_MAX];
+			uint8_t build_id_len; /* 0: unknown */
+		} mapping;
 	} u;
 };
+
+/* Hands events to whoever collects them (a drain, a test); returns 0 or a
+ * negative errno. */
+typedef int (*rp_event_fn)(void *ctx, const struct rp_event *ev);
 
 /* "range_begin", "cpu_sample", ...; "unknown" for anything else. */
 const char *rp_event_kind_name(unsigned kind);

@@ -92,7 +92,7 @@ struct rp_shmring {
 static const struct {
 	uint8_t payload;
 	bool named;
-} kinds[RP_EV_KIND_MAX + 1] = {
+} kinds[RP_EV_PRODUCER_KIND_MAX + 1] = {
 	[RP_EV_CPU_SAMPLE] = { sizeof(struct rp_rec_sample), false },
 	[RP_EV_RANGE_BEGIN] = { 0, true },
 	[RP_EV_RANGE_END] = { 0, false },
@@ -421,7 +421,7 @@ bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name)
 bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 {
 	unsigned k = ev->kind;
-	if (k == 0 || k > RP_EV_KIND_MAX)
+	if (k == 0 || k > RP_EV_PRODUCER_KIND_MAX)
 		return false;
 	size_t nlen = kinds[k].named ? name_len(ev->name) : 0;
 	switch (k) {
@@ -477,7 +477,7 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
  * and name rounded up to 8. */
 static bool rec_valid(const struct rp_rec *rec)
 {
-	if (rec->kind == 0 || rec->kind > RP_EV_KIND_MAX)
+	if (rec->kind == 0 || rec->kind > RP_EV_PRODUCER_KIND_MAX)
 		return false;
 	size_t payload = kinds[rec->kind].payload;
 	if (rec->name_len && !kinds[rec->kind].named)

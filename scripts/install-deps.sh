@@ -5,10 +5,11 @@ set -euo pipefail
 
 packages=(
   gcc clang meson ninja-build pkg-config python3
-  liburing-dev liblz4-dev libisal-dev libbpf-dev bpftool libelf-dev zlib1g-dev
+  liburing-dev liblz4-dev libisal-dev libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
   libcmocka-dev
   libjansson-dev libmicrohttpd-dev libinih-dev libcurl4-openssl-dev libsystemd-dev
   systemd-container
+  prometheus prometheus-alertmanager
   lttng-tools liblttng-ust-dev
 )
 

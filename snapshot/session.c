@@ -9,6 +9,7 @@
  * races the ring's writer into a false loss. */
 #include "session.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -89,6 +90,9 @@ struct device {
 
 struct rp_session {
 	char *id, *run, *host, *path, *source, *reason;
+	char *file_host;          /* host as it appears in file names */
+	char *marker;             /* <path>/<file_host>.open while open */
+	uint64_t touched_ns;      /* CLOCK_MONOTONIC of the marker's last touch */
 	json_t *trigger_extra;
 	enum rp_session_kind kind;
 	enum rp_session_state state;
@@ -204,8 +208,53 @@ static char *join(const char *fmt, ...)
 	return n < 0 ? NULL : out;
 }
 
-/* Create the session's own directory, the id suffixed for generated ids
- * that are taken. */
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Claim s->path for this host with its .open marker, made only while the
+ * host has no marker and no manifest there: several hosts share one
+ * directory when they write one session, each host once. */
+static int claim(struct rp_session *s, const char *logdir, struct rp_err *err)
+{
+	char *marker = join("%s/%s" RP_SESSION_OPEN_SUFFIX, s->path, s->file_host);
+	char *manifest = join("%s/%s" RP_SESSION_MANIFEST_SUFFIX, s->path, s->file_host);
+	int rc = 0;
+	if (!marker || !manifest) {
+		rc = rp_err_set(err, -ENOMEM, "out of memory creating a session");
+		goto out;
+	}
+	int fd = open(marker, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0640);
+	int e = fd < 0 ? errno : 0;
+	if (fd >= 0)
+		close(fd);
+	struct stat st;
+	if (e == 0 && stat(manifest, &st) == 0) {
+		unlink(marker);
+		e = EEXIST;
+	}
+	if (e == EEXIST)
+		rc = rp_err_set(err, -EEXIST, "session '%s' already exists in run '%s' (%s) with the "
+				"files of host %s: choose another name", s->id, s->run, s->path,
+				s->host);
+	else if (e)
+		rc = dir_error(err, e, marker, logdir);
+	if (rc == 0) {
+		s->marker = marker;
+		marker = NULL;
+		s->touched_ns = mono_ns();
+	}
+out:
+	free(marker);
+	free(manifest);
+	return rc;
+}
+
+/* Create (or, for a given id, join) the session's own directory and claim
+ * it; a generated id that is taken gets a suffix. */
 static int make_session_dir(struct rp_session *s, const char *profile, const char *logdir,
 			    bool given, struct rp_err *err)
 {
@@ -216,17 +265,18 @@ static int make_session_dir(struct rp_session *s, const char *profile, const cha
 			free(id);
 			return rp_err_set(err, -ENOMEM, "out of memory creating a session");
 		}
-		if (mkdir(path, 0750) == 0) {
+		bool made = mkdir(path, 0750) == 0;
+		int e = made ? 0 : errno, rc = 0;
+		if (made || (e == EEXIST && given)) {
 			free(s->id);
 			s->id = id;
 			s->path = path;
-			return 0;
+			rc = claim(s, logdir, err);
+			if (rc < 0 && made)
+				rmdir(path);
+			return rc;
 		}
-		int e = errno, rc = 0;
-		if (e == EEXIST && given)
-			rc = rp_err_set(err, -EEXIST, "session '%s' already exists in run '%s' (%s): "
-					"choose another name", id, s->run, path);
-		else if (e != EEXIST)
+		if (e != EEXIST)
 			rc = dir_error(err, e, path, logdir);
 		free(id);
 		free(path);
@@ -269,12 +319,17 @@ int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 	s->id = strdup(opts->id ? opts->id : generated);
 	s->run = strdup(opts->run);
 	s->host = strdup(opts->host);
+	s->file_host = strdup(opts->host);
+	for (char *p = s->file_host; p && *p; p++)
+		if (*p == ':' || *p == '/')
+			*p = '_';
 	s->source = strdup(opts->source);
 	s->reason = opts->reason ? strdup(opts->reason) : NULL;
 	s->trigger_extra = opts->trigger_extra ? json_deep_copy(opts->trigger_extra) : NULL;
 	char *profile = join("%s/%s/plugins/profile", opts->logdir, opts->run);
 	int rc = 0;
-	if (!s->id || !s->run || !s->host || !s->source || (opts->reason && !s->reason) ||
+	if (!s->id || !s->run || !s->host || !s->file_host || !s->source ||
+	    (opts->reason && !s->reason) ||
 	    (opts->trigger_extra && !s->trigger_extra) || !profile ||
 	    rp_chunk_reader_new(&s->reader) < 0)
 		rc = rp_err_set(err, -ENOMEM, "out of memory creating a session");
@@ -430,12 +485,7 @@ static int add_ring(struct rp_session *s, const char *device, struct rp_ringfile
 	d->rf = rf;
 	d->fd = -1;
 	d->name = strdup(device);
-	char *host = strdup(s->host);
-	for (char *p = host; p && *p; p++)
-		if (*p == ':' || *p == '/')
-			*p = '_';
-	d->file = host ? join("%s/%s.%s.chunks", s->path, host, device) : NULL;
-	free(host);
+	d->file = join("%s/%s.%s.chunks", s->path, s->file_host, device);
 	if (!d->name || !d->file) {
 		free_device(d);
 		return rp_err_set(err, -ENOMEM, "out of memory adding ring %s to session %s",
@@ -706,6 +756,16 @@ int rp_session_pump(struct rp_session *s, struct rp_err *err)
 		return 0;
 	struct rp_err why = { 0 };
 	int rc = pump(s, false, &why);
+	/* Retention takes a session whose marker went stale for abandoned. */
+	uint64_t now = mono_ns();
+	if (rc == 0 && now - s->touched_ns >= RP_SESSION_OPEN_FRESH_NS / 10) {
+		if (utimensat(AT_FDCWD, s->marker, NULL, 0) < 0)
+			rc = rp_err_set(&why, -errno, "cannot refresh %s: %s: retention may delete "
+					"the session as abandoned; check the log directory", s->marker,
+					strerror(errno));
+		else
+			s->touched_ns = now;
+	}
 	if (rc < 0 && err)
 		*err = why;
 	return rc;
@@ -875,16 +935,17 @@ json_t *rp_session_to_json(const struct rp_session *s)
 	return session_json(s, false);
 }
 
-/* manifest.json.tmp, fsync, rename, fsync the directory: a reader sees
- * the old manifest or the new one, never half of one. */
+/* <host>.manifest.json.tmp, fsync, rename, fsync the directory: a reader
+ * sees the old manifest or the new one, never half of one.  The .open
+ * marker goes once the manifest is in place. */
 static int write_manifest(struct rp_session *s, struct rp_err *err)
 {
 	s->manifest_written = true;
 	json_t *m = session_json(s, true);
 	char *text = json_dumps(m, JSON_INDENT(2));
 	json_decref(m);
-	char *tmp = join("%s/manifest.json.tmp", s->path);
-	char *final = join("%s/manifest.json", s->path);
+	char *tmp = join("%s/%s" RP_SESSION_MANIFEST_SUFFIX ".tmp", s->path, s->file_host);
+	char *final = join("%s/%s" RP_SESSION_MANIFEST_SUFFIX, s->path, s->file_host);
 	int rc = 0;
 	if (!text || !tmp || !final) {
 		rc = rp_err_set(err, -ENOMEM, "out of memory writing the manifest of session %s",
@@ -911,6 +972,9 @@ static int write_manifest(struct rp_session *s, struct rp_err *err)
 		unlink(tmp);
 		goto out;
 	}
+	/* A marker left behind (an unlink failing here) only keeps retention
+	 * off the session until it goes stale. */
+	unlink(s->marker);
 	int dfd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || fsync(dfd) < 0)
 		rc = write_error(err, errno, s->path);
@@ -973,10 +1037,66 @@ void rp_session_free(struct rp_session *s)
 	free(s->id);
 	free(s->run);
 	free(s->host);
+	free(s->file_host);
+	free(s->marker);
 	free(s->path);
 	free(s->source);
 	free(s->reason);
 	free(s);
+}
+
+/* ---- reading a session back ---- */
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err)
+{
+	*out = NULL;
+	DIR *d = opendir(dir);
+	if (!d)
+		return rp_err_set(err, -errno, "cannot read session directory %s: %s", dir,
+				  strerror(errno));
+	const size_t slen = strlen(RP_SESSION_MANIFEST_SUFFIX);
+	char **names = NULL;
+	size_t n = 0;
+	int rc = 0;
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		if (e->d_name[0] == '.' || len <= slen ||
+		    strcmp(e->d_name + len - slen, RP_SESSION_MANIFEST_SUFFIX))
+			continue;
+		char **grown = realloc(names, (n + 1) * sizeof(*names));
+		if (grown)
+			names = grown;
+		if (!grown || !(names[n] = strdup(e->d_name)))
+			rc = rp_err_set(err, -ENOMEM, "out of memory reading %s", dir);
+		else
+			n++;
+	}
+	closedir(d);
+	json_t *list = rc == 0 ? json_array() : NULL;
+	if (rc == 0 && !list)
+		rc = rp_err_set(err, -ENOMEM, "out of memory reading %s", dir);
+	if (rc == 0)
+		qsort(names, n, sizeof(*names), by_name);
+	for (size_t i = 0; i < n; i++) {
+		char *path = rc == 0 ? join("%s/%s", dir, names[i]) : NULL;
+		json_t *m = path ? json_load_file(path, 0, NULL) : NULL;
+		if (json_is_object(m)) {
+			json_object_set_new(m, "path", json_string(dir));
+			json_array_append(list, m);
+		}
+		json_decref(m);
+		free(path);
+		free(names[i]);
+	}
+	free(names);
+	*out = list;
+	return rc;
 }
 
 /* ---- reading a .chunks file back ---- */

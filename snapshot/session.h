@@ -1,8 +1,12 @@
 /* Sessions: a time window of every device ring, frozen into
  *   <logdir>/<run>/plugins/profile/<id>/
- *     manifest.json            what was asked, what was covered, who asked
+ *     <host>.manifest.json     what was asked, what was covered, who asked
  *     <host>.<device>.chunks   the window's sealed chunks, verbatim, by seq
- * so that the session can be exported (again) later.
+ *     <host>.open              only while the host writes the session
+ * so that the session can be exported (again) later.  Several hosts may
+ * write one session (the same id in a shared log directory): every file
+ * is named after its host, as XProf names its per-host files.  Host names
+ * in file names have ':' and '/' replaced by '_'.
  *
  * A session pins each ring from the first chunk of its window, so nothing
  * in the window is lost to wrap-around while it is copied: snapshots whose
@@ -47,21 +51,31 @@ struct rp_session_opts {
 	json_t *trigger_extra;    /* merged into manifest "trigger"; borrowed */
 };
 
+#define RP_SESSION_MANIFEST_SUFFIX ".manifest.json"
+#define RP_SESSION_OPEN_SUFFIX ".open"
+/* A <host>.open marker is touched at least every tenth of this while its
+ * session is open; one older was left by a daemon that died. */
+#define RP_SESSION_OPEN_FRESH_NS (600ull * 1000000000ull)
+
 struct rp_session;
 
-/* Create the session directory.  A generated id that is taken gets a
- * suffix (_1, _2, ...); a given id that is taken is -EEXIST.  Errors name
- * the directory and the fix (-EACCES, -ENOSPC, -EROFS). */
+/* Create the session directory and claim it for opts->host (its .open
+ * marker).  A generated id that is taken gets a suffix (_1, _2, ...).  A
+ * given id that is taken is joined when the directory holds nothing of
+ * this host yet (other hosts' parts of one session), else -EEXIST.
+ * Errors name the directory and the fix (-EACCES, -ENOSPC, -EROFS). */
 int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 		    struct rp_err *err);
 /* Include one device ring (borrowed: it must outlive the session). */
 int rp_session_add_ring(struct rp_session *s, const char *device,
 			struct rp_ringfile *rf, struct rp_err *err);
-/* Copy chunks sealed since the last pump, and chunks the pins saved. */
+/* Copy chunks sealed since the last pump, and chunks the pins saved;
+ * keeps the .open marker fresh. */
 int rp_session_pump(struct rp_session *s, struct rp_err *err);
 /* Last pump for the window ending at end_ns (the caller has flushed the
- * drains up to then), unpin, write manifest.json.  The state becomes
- * COMPLETE, or FAILED with the error in the manifest. */
+ * drains up to then), unpin, write <host>.manifest.json and remove the
+ * .open marker.  The state becomes COMPLETE, or FAILED with the error in
+ * the manifest. */
 int rp_session_close(struct rp_session *s, uint64_t end_ns, struct rp_err *err);
 
 const char *rp_session_name(const struct rp_session *s);
@@ -72,7 +86,12 @@ json_t *rp_session_to_json(const struct rp_session *s);
 /* Unpins if still open (the session is then left FAILED on disk). */
 void rp_session_free(struct rp_session *s);
 
-/* Reading a session back: iterate one device's chunks file. */
+/* Reading a session back.  Every host's manifest in session directory
+ * dir, sorted by host: a new JSON array (empty while none is written),
+ * each with "path" set to dir as this host sees it.  Unreadable manifests
+ * are left out; -errno when dir cannot be read. */
+int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err);
+/* Iterate one device's chunks file. */
 struct rp_session_chunks;
 int rp_session_chunks_open(const char *path, struct rp_session_chunks **out,
 			   struct rp_err *err);

@@ -1,10 +1,14 @@
 /* A session summarised for the terminal: its window and coverage, events
  * and drops per device, annotation ranges per name (count, mean, p50,
- * p99, max: step times at a glance), counters and instants.
+ * p99, max: step times at a glance), counters and instants, the top
+ * functions of the CPU samples (self and total, symbolized here: see
+ * symbolize.h) and CPU time per process (samples / cpu_sampler_hz); for a
+ * session several hosts wrote, each host's part in turn.
  *
- * Reads the session's manifest and chunk files as a stream: memory
- * depends on the number of distinct names and threads, not on the
- * session's size. */
+ * Reads the session's manifest and chunk files as a stream, twice (the
+ * processes' metadata first): memory depends on the number of distinct
+ * names, threads, processes and sampled addresses, and on the symbol
+ * tables of the files they fall in, not on the session's size. */
 #ifndef RINGPROF_SUMMARY_H
 #define RINGPROF_SUMMARY_H
 

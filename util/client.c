@@ -314,3 +314,18 @@ int rp_client_get_text(struct rp_client *c, const char *path, char **text, struc
 	*text = b.data ? b.data : strdup("");
 	return *text ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
 }
+
+int rp_client_read_token(const char *path, char *token, size_t len, struct rp_err *err)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return rp_err_set(err, -errno, "cannot read token file %s: %s", path, strerror(errno));
+	if (!fgets(token, (int)len, f))
+		token[0] = '\0';
+	fclose(f);
+	token[strcspn(token, " \t\r\n")] = '\0';
+	if (strlen(token) < 16)
+		return rp_err_set(err, -EINVAL, "token in %s is shorter than 16 characters: write a "
+				  "long random token there (e.g. `openssl rand -hex 32`)", path);
+	return 0;
+}

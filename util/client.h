@@ -31,6 +31,10 @@ void rp_client_free(struct rp_client *c);
  * is the daemon running? (ringprofd, or systemctl start ringprofd)". */
 int rp_client_call(struct rp_client *c, const char *method, const char *path,
 		   json_t *body, json_t **response, struct rp_err *err);
+/* The bearer token in a token file: its first word, at least 16
+ * characters (the daemon's [api] token_file, the CLI's --token-file). */
+int rp_client_read_token(const char *path, char *token, size_t len, struct rp_err *err);
+
 /* GET a text resource (for /metrics); *text is malloc'ed. */
 int rp_client_get_text(struct rp_client *c, const char *path, char **text,
 		       struct rp_err *err);

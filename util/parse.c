@@ -272,6 +272,22 @@ int rp_parse_size(const char *text, uint64_t *bytes, struct rp_err *err)
 	return 0;
 }
 
+void rp_format_size(uint64_t bytes, char *out, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	if (bytes < 1024) {
+		snprintf(out, len, "%llu B", (unsigned long long)bytes);
+		return;
+	}
+	double v = (double)bytes / 1024;
+	size_t u = 0;
+	while (v >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(out, len, "%.1f %s", v, units[u]);
+}
+
 /* ---- times ---- */
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's

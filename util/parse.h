@@ -19,6 +19,8 @@ int rp_parse_size(const char *text, uint64_t *bytes, struct rp_err *err);
 int rp_parse_time(const char *text, int64_t *wall_ns, struct rp_err *err);
 /* "30s", "1.5s", "250ms", "2m30s"-style rendering for humans. */
 void rp_format_duration(uint64_t ns, char *out, size_t len);
+/* Bytes for humans: "512 B", "1.0 KiB", "4.2 GiB" (one decimal). */
+void rp_format_size(uint64_t bytes, char *out, size_t len);
 /* RFC 3339 UTC with nanoseconds: "2026-11-22T14:03:07.123456789Z". */
 void rp_format_time(int64_t wall_ns, char *out, size_t len);
 

@@ -135,6 +135,25 @@ expect_out "capture" "--help"
 run snapshot -h
 expect_rc 0 "snapshot -h"
 expect_out "--last DURATION" "snapshot -h"
+expect_out "--hosts LIST" "snapshot -h"
+
+# snapshot --hosts: a token is required; hosts that cannot be reached are
+# reported one by one (the fan-out itself: tests/integration/test_multihost.py)
+(unset RINGPROF_TOKEN; run snapshot --hosts 127.0.0.1:1; expect_rc 2 "--hosts without token"
+ expect_err "give --token-file FILE or set RINGPROF_TOKEN" "--hosts without token"
+ [[ $failures == 0 ]]) || failures=$((failures + 1))
+run snapshot --socket "$sock" --hosts 127.0.0.1:1
+expect_rc 2 "--hosts with --socket"
+expect_err "give --socket or --hosts, not both" "--hosts with --socket"
+echo short >"$tmp/token"
+run snapshot --hosts 127.0.0.1:1 --token-file "$tmp/token"
+expect_rc 2 "--hosts short token"
+expect_err "shorter than 16 characters" "--hosts short token"
+RINGPROF_TOKEN=0123456789abcdef0123 run snapshot --hosts 127.0.0.1:1,127.0.0.1:2 --last 1s
+expect_rc 1 "--hosts all down"
+grep -qE '^127\.0\.0\.1:1 +cannot reach ringprofd at http://127\.0\.0\.1:1: ' <<<"$out" ||
+  fail "--hosts: row of a host down"
+expect_err "2 of 2 hosts failed" "--hosts all down"
 run --version
 expect_rc 0 "--version"
 expect_out "ringprof 0.1.0" "--version"
@@ -147,10 +166,22 @@ run status
 expect_out "open sessions: open1" "status with a session"
 run sessions
 expect_rc 0 sessions
-grep -qE '^ID +RUN +KIND +STATE +WINDOW +EVENTS +PATH$' <<<"$out" || fail "sessions: header"
-grep -qE '^open1 +exp +session +open +- +- +/tmp/fake-sessions/exp/plugins/profile/open1$' <<<"$out" ||
+grep -qE '^ID +RUN +HOST +KIND +STATE +WINDOW +EVENTS +PATH$' <<<"$out" || fail "sessions: header"
+grep -qE '^open1 +exp +fakehost +session +open +- +- +/tmp/fake-sessions/exp/plugins/profile/open1$' <<<"$out" ||
   fail "sessions: open1 row"
-grep -qE '^s1 +short +snapshot +complete +5s +1234 ' <<<"$out" || fail "sessions: s1 row"
+grep -qE '^s1 +short +fakehost +snapshot +complete +5s +1234 ' <<<"$out" || fail "sessions: s1 row"
+
+# keep
+run keep s1
+expect_rc 0 keep
+expect_out "kept s1: retention will not delete it (remove /tmp/fake-sessions/short/plugins/profile/s1/KEEP to undo)" keep
+run sessions
+grep -qE '^s1 +short +fakehost +snapshot +complete,kept +5s ' <<<"$out" || fail "sessions: s1 kept"
+run keep nosuch
+expect_rc 1 "keep unknown"
+expect_err "no session 'nosuch'" "keep unknown"
+run keep ../x
+expect_rc 2 "keep bad id"
 run stop open1
 expect_rc 0 stop
 expect_out "open1 (session, complete)" stop

@@ -47,7 +47,7 @@ out=$(runuser -u member -- env RINGPROF_SOCKET=$sock /tmp/annotate 200)
 expect "annotate" "$out" "200 steps, result *, connected 1, dropped 0"
 session=$(runuser -u member -- ringprof --socket $sock --json snapshot --last 30s --reason service-test)
 path=$(python3 -c 'import json, sys; print(json.load(sys.stdin)["path"])' <<<"$session")
-expect "session group" "$(stat -c %G "$path" "$path/manifest.json" | sort -u)" ringprof
+expect "session group" "$(stat -c %G "$path" "$path"/*.manifest.json | sort -u)" ringprof
 runuser -u member -- ringprof --socket $sock summary "$path" | tee /tmp/summary
 grep -q '^step  *200 ' /tmp/summary
 # The CPU sampler ran inside the sandbox: the compiler above, at least.

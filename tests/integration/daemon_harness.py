@@ -97,6 +97,19 @@ class Daemon:
         return r
 
 
+def manifests(session_path):
+    """Every host's manifest of a session directory (<host>.manifest.json), by host."""
+    names = sorted(n for n in os.listdir(session_path) if n.endswith(".manifest.json"))
+    return [json.load(open(os.path.join(session_path, n))) for n in names]
+
+
+def manifest(session_path):
+    """The manifest of a session one host wrote."""
+    found = manifests(session_path)
+    assert len(found) == 1, found
+    return found[0]
+
+
 def dump(session_path, all_events=False):
     args = [SESSION_DUMP, session_path] + (["--all"] if all_events else [])
     out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120).stdout

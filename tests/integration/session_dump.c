@@ -2,10 +2,10 @@
  *
  *   session-dump SESSION_DIR [--all]
  *
- * Reads manifest.json for the window and every <host>.<device>.chunks
- * file it lists; prints events stamped inside the window (all with
- * --all), one JSON object a line: device, kind, ts, pid, tid, name,
- * value (counters), count (drops). */
+ * Reads every <host>.manifest.json for its host's window and every
+ * <host>.<device>.chunks file it lists; prints events stamped inside the
+ * window (all with --all), one JSON object a line: host, device, kind,
+ * ts, pid, tid, name, value (counters), count (drops). */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -14,7 +14,8 @@
 #include "chunk.h"
 #include "session.h"
 
-static int dump_file(const char *path, const char *device, uint64_t t0, uint64_t t1)
+static int dump_file(const char *path, const char *host, const char *device, uint64_t t0,
+		     uint64_t t1)
 {
 	struct rp_err err = { 0 };
 	struct rp_session_chunks *sc;
@@ -37,7 +38,8 @@ static int dump_file(const char *path, const char *device, uint64_t t0, uint64_t
 		while ((rc = rp_chunk_reader_next(r, &ev, &err)) == 1) {
 			if (ev.ts < t0 || ev.ts > t1)
 				continue;
-			json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:I, s:I}", "device", device,
+			json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "host", host,
+					      "device", device,
 					      "kind", rp_event_kind_name(ev.kind), "seq", (json_int_t)hdr.seq,
 					      "ts", (json_int_t)ev.ts, "pid", (json_int_t)ev.pid,
 					      "tid", (json_int_t)ev.tid);
@@ -69,31 +71,35 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/manifest.json", argv[1]);
-	json_error_t jerr;
-	json_t *m = json_load_file(path, 0, &jerr);
-	if (!m) {
-		fprintf(stderr, "session-dump: %s: %s\n", path, jerr.text);
+	json_t *all, *m;
+	struct rp_err err = { 0 };
+	if (rp_session_manifests(argv[1], &all, &err) < 0 || !json_array_size(all)) {
+		fprintf(stderr, "session-dump: %s: %s\n", argv[1], err.msg[0] ? err.msg : "no manifest");
+		json_decref(all);
 		return 1;
 	}
-	uint64_t t0 = 0, t1 = UINT64_MAX;
-	if (argc == 2) {
-		json_t *req = json_object_get(m, "requested");
-		t0 = (uint64_t)json_integer_value(json_object_get(req, "start_ns"));
-		t1 = (uint64_t)json_integer_value(json_object_get(req, "end_ns"));
-	}
 	int status = 0;
-	size_t i;
-	json_t *dev;
-	json_array_foreach(json_object_get(m, "devices"), i, dev) {
-		const char *file = json_string_value(json_object_get(dev, "file"));
-		const char *name = json_string_value(json_object_get(dev, "device"));
-		if (!file || !name)
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", argv[1], file);
-		if (dump_file(path, name, t0, t1) < 0)
-			status = 1;
+	size_t k;
+	json_array_foreach(all, k, m) {
+		uint64_t t0 = 0, t1 = UINT64_MAX;
+		if (argc == 2) {
+			json_t *req = json_object_get(m, "requested");
+			t0 = (uint64_t)json_integer_value(json_object_get(req, "start_ns"));
+			t1 = (uint64_t)json_integer_value(json_object_get(req, "end_ns"));
+		}
+		const char *host = json_string_value(json_object_get(m, "host"));
+		size_t i;
+		json_t *dev;
+		json_array_foreach(json_object_get(m, "devices"), i, dev) {
+			const char *file = json_string_value(json_object_get(dev, "file"));
+			const char *name = json_string_value(json_object_get(dev, "device"));
+			if (!file || !name)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", argv[1], file);
+			if (dump_file(path, host ? host : "", name, t0, t1) < 0)
+				status = 1;
+		}
 	}
-	json_decref(m);
+	json_decref(all);
 	return status;
 }

@@ -22,7 +22,7 @@ struct session {
 	char id[RP_NAME_LEN];
 	char run[RP_NAME_LEN];
 	const char *kind;
-	bool open;
+	bool open, keep;
 	int64_t start_ns, end_ns, covered_start_ns;
 	uint64_t duration_ns;  /* captures */
 };
@@ -54,6 +54,7 @@ static json_t *session_json(const struct session *s)
 			      "kind", s->kind, "state", s->open ? "open" : "complete",
 			      "path", path, "host", "fakehost",
 			      "requested", window(s->start_ns, s->end_ns));
+	json_object_set_new(j, "keep", json_boolean(s->keep));
 	if (!s->open) {
 		json_object_set_new(j, "covered", window(s->covered_start_ns, s->end_ns));
 		json_object_set_new(j, "devices",
@@ -173,6 +174,19 @@ static int op_stop(void *ctx, const char *id, json_t **out, struct rp_err *err)
 	return rc;
 }
 
+static int op_keep(void *ctx, const char *id, json_t **out, struct rp_err *err)
+{
+	struct fake *f = ctx;
+	pthread_mutex_lock(&f->lock);
+	struct session *s = find(f, id, err);
+	if (s) {
+		s->keep = true;
+		*out = session_json(s);
+	}
+	pthread_mutex_unlock(&f->lock);
+	return s ? 0 : -ENOENT;
+}
+
 static int op_get(void *ctx, const char *id, json_t **out, struct rp_err *err)
 {
 	struct fake *f = ctx;
@@ -225,7 +239,7 @@ int main(int argc, char **argv)
 	static const struct rp_api_ops ops = {
 		.status = op_status, .snapshot = op_snapshot, .session_start = op_start,
 		.session_stop = op_stop, .session_list = op_list, .session_get = op_get,
-		.metrics = op_metrics,
+		.metrics = op_metrics, .session_keep = op_keep,
 	};
 	struct rp_api_opts o = { .socket_path = argv[1], .max_duration_ns = 3600000000000ull };
 	struct rp_api *api;

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alerts.h"
 #include "api.h"
 #include "client.h"
 
@@ -32,6 +33,8 @@ struct fake {
 	struct rp_snapshot_req snap;
 	struct rp_session_req sess;
 	char id[128];
+	size_t alerts;        /* alerts in the last Alertmanager notification */
+	char fingerprint[64]; /* of its first alert */
 	int next_rc;          /* returned by the next op, then reset */
 	bool null_result;     /* return 0 without a document */
 	unsigned delay_ms;    /* how long an op takes */
@@ -101,6 +104,11 @@ static int fake_stop(void *ctx, const char *id, json_t **out, struct rp_err *err
 	return record_id(ctx, id, "{\"state\": \"complete\"}", out, err);
 }
 
+static int fake_keep(void *ctx, const char *id, json_t **out, struct rp_err *err)
+{
+	return record_id(ctx, id, "{\"keep\": true}", out, err);
+}
+
 static int fake_get(void *ctx, const char *id, json_t **out, struct rp_err *err)
 {
 	return record_id(ctx, id, "{\"state\": \"open\"}", out, err);
@@ -121,14 +129,27 @@ static int fake_metrics(void *ctx, char **text, struct rp_err *err)
 	return rc;
 }
 
+static int fake_alertmanager(void *ctx, const struct rp_alert_batch *alerts, json_t **out,
+			     struct rp_err *err)
+{
+	struct fake *f = ctx;
+	pthread_mutex_lock(&f->lock);
+	f->alerts = alerts->n;
+	snprintf(f->fingerprint, sizeof(f->fingerprint), "%s", alerts->n ? alerts->alerts[0].fingerprint : "");
+	pthread_mutex_unlock(&f->lock);
+	return finish(f, "{\"snapshots\": [], \"skipped\": []}", out, err);
+}
+
 static const struct rp_api_ops fake_ops = {
 	.status = fake_status,
 	.snapshot = fake_snapshot,
 	.session_start = fake_start,
 	.session_stop = fake_stop,
+	.session_keep = fake_keep,
 	.session_list = fake_list,
 	.session_get = fake_get,
 	.metrics = fake_metrics,
+	.alertmanager = fake_alertmanager,
 };
 
 static int start_api(struct fixture *fx, const char *tcp, const char *token, struct rp_api **out,
@@ -384,6 +405,8 @@ static void test_body_shape(void **state)
 	expect_400(fx, "/v1/snapshot", "[1, 2]", "an array", "JSON object", NULL);
 	expect_400(fx, "/v1/snapshot", "\"30s\"", "a string", NULL);
 	expect_400(fx, "/v1/sessions/abc/stop", "{\"now\": true}", "unknown field 'now'", "no fields", NULL);
+	expect_400(fx, "/v1/sessions/abc/keep", "{\"why\": 1}", "unknown field 'why'",
+		   "POST /v1/sessions/ID/keep", "no fields", NULL);
 
 	char out[4096];
 	assert_int_equal(raw_post(fx, "/v1/snapshot", "{\"last\": ", out, sizeof(out)), 400);
@@ -488,6 +511,13 @@ static void test_sessions(void **state)
 	assert_non_null(strstr(out, "complete"));
 	assert_int_equal(call(fx, "POST", "/v1/sessions/def/stop", "{}", NULL, &err), 0);
 	assert_string_equal(fx->fake.id, "def");
+	assert_int_equal(call(fx, "POST", "/v1/sessions/ghi/keep", NULL, &resp, &err), 0);
+	assert_string_equal(fx->fake.id, "ghi");
+	assert_true(json_is_true(json_object_get(resp, "keep")));
+	json_decref(resp);
+	assert_int_equal(raw_str(fx, "GET /v1/sessions/ghi/keep HTTP/1.1\r\nHost: x\r\n"
+				 "Connection: close\r\n\r\n", out, sizeof(out)), 405);
+	assert_non_null(strstr(out, "Allow: POST"));
 
 	/* Ids go through the name rule before they reach the daemon. */
 	int calls = fx->fake.calls;
@@ -548,6 +578,35 @@ static void test_op_errors(void **state)
 	fx->fake.null_result = true;
 	assert_int_equal(call(fx, "GET", "/v1/sessions", NULL, NULL, &err), -EIO);
 	assert_non_null(strstr(err.msg, "bug"));
+}
+
+/* Alertmanager's payload: unknown fields are fine there (and only
+ * there); a malformed one is a 400 naming the field. */
+static void test_alertmanager(void **state)
+{
+	struct fixture *fx = *state;
+	char out[4096];
+	assert_int_equal(raw_post(fx, "/v1/alertmanager",
+				  "{\"version\": \"4\", \"receiver\": \"r\", \"groupKey\": \"k\", \"new\": 1,"
+				  " \"alerts\": [{\"status\": \"firing\", \"labels\": {\"job\": \"j\"},"
+				  " \"startsAt\": \"2026-01-01T00:00:00Z\", \"fingerprint\": \"f00\", \"extra\": []},"
+				  " {\"status\": \"resolved\"}]}", out, sizeof(out)), 200);
+	assert_non_null(strstr(out, "\"snapshots\""));
+	assert_int_equal(fx->fake.alerts, 2);
+	assert_string_equal(fx->fake.fingerprint, "f00");
+	int calls = fx->fake.calls;
+	expect_400(fx, "/v1/alertmanager", "{\"alerts\": [{\"status\": \"firing\"}]}",
+		   "alerts[0].startsAt is missing", NULL);
+	expect_400(fx, "/v1/alertmanager", "{\"receiver\": \"r\"}", "no 'alerts' array", "version", NULL);
+	assert_int_equal(raw_post(fx, "/v1/alertmanager", "{\"alerts\": [", out, sizeof(out)), 400);
+	assert_non_null(strstr(out, "malformed JSON"));
+	assert_int_equal(raw_post(fx, "/v1/alertmanager", "", out, sizeof(out)), 400);
+	assert_non_null(strstr(out, "body is empty"));
+	assert_int_equal(fx->fake.calls, calls); /* none reached the daemon */
+	assert_int_equal(raw_str(fx, "GET /v1/alertmanager HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+				 out, sizeof(out)), 405);
+	fx->fake.next_rc = -ENOSPC;
+	assert_int_equal(raw_post(fx, "/v1/alertmanager", "{\"alerts\": []}", out, sizeof(out)), 503);
 }
 
 static void test_metrics(void **state)
@@ -735,6 +794,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sessions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_source, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_op_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_alertmanager, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_socket_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_daemon, setup, teardown),

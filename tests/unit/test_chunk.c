@@ -78,6 +78,14 @@ static void assert_event_equal(const struct rp_event *want, const struct rp_even
 	case RP_EV_DROPS:
 		assert_true(want->u.drops.count == got->u.drops.count);
 		break;
+	case RP_EV_MAPPING:
+		assert_true(want->u.mapping.start == got->u.mapping.start);
+		assert_true(want->u.mapping.end == got->u.mapping.end);
+		assert_true(want->u.mapping.offset == got->u.mapping.offset);
+		assert_int_equal(want->u.mapping.build_id_len, got->u.mapping.build_id_len);
+		assert_memory_equal(want->u.mapping.build_id, got->u.mapping.build_id,
+				    want->u.mapping.build_id_len);
+		break;
 	default:
 		break;
 	}
@@ -166,6 +174,26 @@ static size_t all_kinds(struct rp_event *e)
 				   .u.drops.count = UINT64_MAX};
 	e[n++] = (struct rp_event){.kind = RP_EV_RANGE_END, .ts = 3, .pid = 1, .tid = 2,
 				   .name = "ignored: range ends carry no name"};
+	e[n++] = (struct rp_event){.kind = RP_EV_PROCESS_CMDLINE, .ts = 4500, .pid = 1, .tid = 1,
+				   .name = "python3 train.py --epochs 3"};
+	e[n++] = (struct rp_event){.kind = RP_EV_PROCESS_CMDLINE, .ts = 4501, .pid = 2, .tid = 2,
+				   .name = name_long};
+	e[n++] = (struct rp_event){
+		.kind = RP_EV_MAPPING, .ts = 4600, .pid = 1, .tid = 1,
+		.name = "/usr/lib/x86_64-linux-gnu/libc.so.6",
+		.u.mapping = {.start = 0x7f0000028000, .end = 0x7f000017d000, .offset = 0x28000,
+			      .build_id = {0x3a, 0x1b, 0, 0xff, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+					   13, 14, 15, 0xee},
+			      .build_id_len = RP_BUILD_ID_MAX}};
+	e[n++] = (struct rp_event){
+		.kind = RP_EV_MAPPING, .ts = 4601, .pid = 1, .tid = 1, .name = "[vdso]",
+		.u.mapping = {.start = 0x7ffd00000000, .end = 0x7ffd00002000}};
+	e[n++] = (struct rp_event){
+		.kind = RP_EV_MAPPING, .ts = big, .pid = UINT32_MAX, .tid = UINT32_MAX,
+		.name = name_max,
+		.u.mapping = {.start = UINT64_MAX - 1, .end = UINT64_MAX, .offset = UINT64_MAX,
+			      .build_id = {0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89},
+			      .build_id_len = 8}};
 	return n;
 }
 
@@ -331,6 +359,8 @@ static void api_errors(void **state)
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = RP_STACK_MAX + 1, .frames = frames}},
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = 2, .nkernel = 3, .frames = frames}},
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = 2, .frames = NULL}},
+		{.kind = RP_EV_MAPPING, .u.mapping = {.start = 2, .end = 1}},
+		{.kind = RP_EV_MAPPING, .u.mapping = {.end = 1, .build_id_len = RP_BUILD_ID_MAX + 1}},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(rp_chunk_builder_add(b, &bad[i]), -EINVAL);
@@ -555,6 +585,13 @@ static void corrupt_payload(void **state)
 		{{0x42, 1, 2, 5, 20, 1, 0, 0, 1, 2, 3, 4, 5, 6, 7}, 15, 1,
 		 "counter value runs past the end"},
 		{{0x42, 1, 2, 6, 20, 1, 0}, 7, 1, "GPU activity kind runs past the end"},
+		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0}, 10, 1, "build-id length runs past the end"},
+		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0, 21}, 11, 1, "build-id of 21 bytes exceeds 20"},
+		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0, 2, 0xaa}, 12, 1,
+		 "build-id of 2 bytes runs past the end"},
+		{{0x42, 1, 2, 11, 20, 1, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+		  1, 0, 0},
+		 20, 1, "mapping size 1 exceeds 0"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		len = craft(chunk, sizeof(chunk), cases[i].raw, cases[i].len,

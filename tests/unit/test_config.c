@@ -78,6 +78,9 @@ static void defaults_sane(void **state)
 	assert_string_equal(c.default_run, "default");
 	assert_int_equal(c.default_last_ns, 30 * SEC);
 	assert_int_equal(c.max_duration_ns, 3600 * SEC);
+	assert_string_equal(c.host_name, "");
+	assert_int_equal(c.sessions_max_bytes, 10 * 1024 * MiB);
+	assert_int_equal(c.sessions_max_count, 1000);
 }
 
 static void default_paths(void **state)
@@ -116,6 +119,7 @@ static const char full[] =
 	"\tlogdir=/data/sessions\n"
 	"poll_interval = 5ms\n"
 	"seal_interval = 2.5s\n"
+	"host_name = node-07.cluster\n"
 	"\n"
 	"[api]\n"
 	"tcp_listen = 127.0.0.1:7070\n"
@@ -136,7 +140,9 @@ static const char full[] =
 	"[sessions]\n"
 	"default_run = llama-70b\n"
 	"default_last = 2m30s\n"
-	"max_duration = 168h\n";
+	"max_duration = 168h\n"
+	"max_bytes = 500GiB\n"
+	"max_count = 0\n";
 
 static void load_valid(void **state)
 {
@@ -164,6 +170,9 @@ static void load_valid(void **state)
 	assert_string_equal(c.default_run, "llama-70b");
 	assert_int_equal(c.default_last_ns, 150 * SEC);
 	assert_int_equal(c.max_duration_ns, 7 * 24 * 3600 * SEC);
+	assert_string_equal(c.host_name, "node-07.cluster");
+	assert_int_equal(c.sessions_max_bytes, 500 * 1024 * MiB);
+	assert_int_equal(c.sessions_max_count, 0);
 
 	/* An empty file changes nothing. */
 	struct rp_config d, e;
@@ -207,6 +216,21 @@ struct bad_file {
 	const char *msg; /* after "FILE:LINE: " */
 };
 
+/* Each file fails to load with its error, at its line. */
+static void expect_bad(const struct bad_file *t, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct rp_config c;
+		struct rp_err err = {0};
+		char want[600];
+		snprintf(want, sizeof(want), "%s:%d: %s", path, t[i].line, t[i].msg);
+		int rc = load_text(&c, t[i].text, &err);
+		if (rc != t[i].rc || strncmp(err.msg, want, strlen(want)))
+			fail_msg("case %zu: rc %d (want %d)\n got: %s\nwant: %s", i, rc, t[i].rc,
+				 err.msg, want);
+	}
+}
+
 static void load_errors(void **state)
 {
 	(void)state;
@@ -222,10 +246,13 @@ static void load_errors(void **state)
 		 "unknown key 'budgt' in [ring.gpu0]; known keys: budget, slot_size"},
 		{"[daemon]\nsockt = /x\n", -EINVAL, 2,
 		 "unknown key 'sockt' in [daemon]; known keys: socket, state_dir, logdir, "
-		 "poll_interval, seal_interval"},
+		 "poll_interval, seal_interval, host_name"},
+		{"[daemon]\nhost_name = node/1\n", -EINVAL, 2,
+		 "[daemon] host_name: host name 'node/1': '/' is not allowed"},
 		{"[daemon]\nsocket = /x\n[bogus]\n", -EINVAL, 3,
 		 "unknown section [bogus]; known sections: [daemon], [api], [rings], "
-		 "[ring.DEVICE], [producers], [sampler], [sessions]"},
+		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [sessions], [alertmanager], "
+		 "[rule.NAME]"},
 		{"# comment\nsocket = /x\n", -EINVAL, 2, "key 'socket' is outside any section"},
 		{"[daemon]\nsocket = /x\n\npoll_interval = 2s\n", -ERANGE, 4,
 		 "[daemon] poll_interval: '2s' is more than the maximum, 1s"},
@@ -268,6 +295,12 @@ static void load_errors(void **state)
 		 "[sampler] frequency: '0' is outside 1..10000"},
 		{"[sampler]\nmax_depth = 12x\n", -EINVAL, 2,
 		 "[sampler] max_depth: '12x' is not a whole number"},
+		{"[host_metrics]\nenabled = auto\n", -EINVAL, 2,
+		 "[host_metrics] enabled: 'auto' is not one of true, false"},
+		{"[host_metrics]\ninterval = 5ms\n", -ERANGE, 2,
+		 "[host_metrics] interval: '5ms' is less than the minimum, 10ms"},
+		{"[host_metrics]\ninterval = 2h\n", -ERANGE, 2,
+		 "[host_metrics] interval: '2h' is more than the maximum, 1h"},
 		{"[sessions]\ndefault_run = ../x\n", -EINVAL, 2,
 		 "[sessions] default_run: run name '../x': '/' is not allowed"},
 		{"[sessions]\ndefault_last = -5s\n", -EINVAL, 2,
@@ -276,22 +309,18 @@ static void load_errors(void **state)
 		 "[sessions] max_duration: '8d': unknown unit 'd'"},
 		{"[sessions]\nmax_duration = 169h\n", -ERANGE, 2,
 		 "[sessions] max_duration: '169h' is more than the maximum, 168h"},
+		{"[sessions]\nmax_bytes = lots\n", -EINVAL, 2, "[sessions] max_bytes: 'lots' is not a size"},
+		{"[sessions]\nmax_count = -1\n", -EINVAL, 2,
+		 "[sessions] max_count: '-1' is not a whole number"},
+		{"[sessions]\nmax_count = 100000001\n", -ERANGE, 2,
+		 "[sessions] max_count: '100000001' is outside 0..100000000"},
 		{"[daemon]\nsocket = /x\nthis is not ini\n", -EINVAL, 3, "syntax error; expected [section], key = value"},
 		{"[daemon\n", -EINVAL, 1, "syntax error"},
 		{longline, -EINVAL, 3, "line is longer than 198 characters; shorten it"},
 		{many, -E2BIG, 2 * RP_CONFIG_MAX_RINGS + 1,
 		 "[ring.gpu32]: too many device sections; at most 32"},
 	};
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-		struct rp_config c;
-		struct rp_err err = {0};
-		char want[600];
-		snprintf(want, sizeof(want), "%s:%d: %s", path, t[i].line, t[i].msg);
-		int rc = load_text(&c, t[i].text, &err);
-		if (rc != t[i].rc || strncmp(err.msg, want, strlen(want)))
-			fail_msg("case %zu: rc %d (want %d)\n got: %s\nwant: %s", i, rc, t[i].rc,
-				 err.msg, want);
-	}
+	expect_bad(t, sizeof(t) / sizeof(t[0]));
 	/* 32 device sections, some repeated, are fine. */
 	struct rp_config c;
 	struct rp_err err = {0};
@@ -352,6 +381,112 @@ static void check_rules(void **state)
 	assert_non_null(strstr(err.msg, "--logdir"));
 }
 
+/* [alertmanager] and [rule.NAME]: defaults, values, errors in the file
+ * and across keys. */
+static void triggers(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	rp_config_defaults(&c);
+	assert_int_equal(c.alerts.before_ns, 60 * SEC);
+	assert_int_equal(c.alerts.after_ns, 10 * SEC);
+	assert_int_equal(c.alerts.cooldown_ns, 600 * SEC);
+	assert_int_equal(c.alerts.max_per_hour, 20);
+	assert_string_equal(c.alert_run_label, "job");
+	assert_int_equal(c.nrules, 0);
+
+	if (load_text(&c,
+		      "[alertmanager]\nbefore = 2m\nafter = 1s\nrun_label = team_1\ncooldown = 1h\n"
+		      "max_per_hour = 5\n"
+		      "[rule.slow]\ntype = slow_range\nrange = train step\n"
+		      "[rule.hot]\ntype = counter_above\ncounter = gpu_temp\nthreshold = -1.5e3\n"
+		      "for = 2s\nbefore = 10s\nafter = 1s\ncooldown = 1m\nmax_per_hour = 3\n"
+		      "[rule.slow]\nfactor = 2.5\nwindow = 20\n",
+		      &err) ||
+	    rp_config_check(&c, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(c.alerts.before_ns, 120 * SEC);
+	assert_int_equal(c.alerts.after_ns, SEC);
+	assert_int_equal(c.alerts.cooldown_ns, 3600 * SEC);
+	assert_int_equal(c.alerts.max_per_hour, 5);
+	assert_string_equal(c.alert_run_label, "team_1");
+	assert_int_equal(c.nrules, 2); /* slow repeated: one rule */
+	const struct rp_rule_config *slow = &c.rules[0], *hot = &c.rules[1];
+	assert_string_equal(slow->name, "slow");
+	assert_int_equal(slow->type, RP_RULE_SLOW_RANGE);
+	assert_string_equal(slow->range, "train step");
+	assert_true(slow->factor == 2.5);
+	assert_int_equal(slow->window, 20);
+	assert_int_equal(slow->trigger.before_ns, 60 * SEC); /* rule defaults */
+	assert_int_equal(slow->trigger.after_ns, 5 * SEC);
+	assert_int_equal(slow->trigger.cooldown_ns, 600 * SEC);
+	assert_int_equal(slow->trigger.max_per_hour, 20);
+	assert_string_equal(hot->name, "hot");
+	assert_int_equal(hot->type, RP_RULE_COUNTER_ABOVE);
+	assert_string_equal(hot->counter, "gpu_temp");
+	assert_true(hot->has_threshold && hot->threshold == -1500);
+	assert_int_equal(hot->for_ns, 2 * SEC);
+	assert_int_equal(hot->trigger.before_ns, 10 * SEC);
+	assert_int_equal(hot->trigger.after_ns, SEC);
+	assert_int_equal(hot->trigger.cooldown_ns, 60 * SEC);
+	assert_int_equal(hot->trigger.max_per_hour, 3);
+
+	static char many[4096];
+	size_t o = 0;
+	for (int i = 0; i <= RP_CONFIG_MAX_RULES; i++)
+		o += (size_t)snprintf(many + o, sizeof(many) - o, "[rule.r%d]\n", i);
+	const struct bad_file bad[] = {
+		{"[alertmanager]\nrun_label = 1job\n", -EINVAL, 2,
+		 "[alertmanager] run_label: '1job' is not a label name"},
+		{"[alertmanager]\nrun_label = a-b\n", -EINVAL, 2,
+		 "[alertmanager] run_label: 'a-b' is not a label name"},
+		{"[alertmanager]\nmax_per_hour = 0\n", -ERANGE, 2,
+		 "[alertmanager] max_per_hour: '0' is outside 1..3600"},
+		{"[alertmanager]\nbogus = 1\n", -EINVAL, 2,
+		 "unknown key 'bogus' in [alertmanager]; known keys: before, after, run_label, cooldown, "
+		 "max_per_hour"},
+		{"[rule.x]\ntype = fast\n", -EINVAL, 2,
+		 "[rule.x] type: 'fast' is not one of slow_range, counter_above"},
+		{"[rule.x]\nfactor = 1\n", -ERANGE, 2, "[rule.x] factor: '1' is outside (1, 1000]"},
+		{"[rule.x]\nthreshold = hot\n", -EINVAL, 2, "[rule.x] threshold: 'hot' is not a finite number"},
+		{"[rule.x]\nthreshold = inf\n", -EINVAL, 2, "[rule.x] threshold: 'inf' is not a finite number"},
+		{"[rule.x]\nwindow = 0\n", -ERANGE, 2, "[rule.x] window: '0' is outside 1..1000"},
+		{"[rule.x]\nrange =\n", -EINVAL, 2, "[rule.x] range: empty value"},
+		{"[rule.x]\nfor = 10\n", -EINVAL, 2, "[rule.x] for: '10': add a unit"},
+		{"[rule.x y]\n", -EINVAL, 1, "[rule.x y]: rule name 'x y': ' ' is not allowed"},
+		{"[rule.x]\ncount = a\n", -EINVAL, 2,
+		 "unknown key 'count' in [rule.x]; known keys: type, range, factor, window, counter, "
+		 "threshold, for, before, after, cooldown, max_per_hour"},
+		{many, -E2BIG, RP_CONFIG_MAX_RULES + 1, "[rule.r32]: too many rules; at most 32"},
+	};
+	expect_bad(bad, sizeof(bad) / sizeof(bad[0]));
+
+	static const struct {
+		const char *text, *msg;
+	} unchecked[] = {
+		{"[rule.x]\nrange = a\n", "[rule.x] has no type; set type = slow_range or counter_above"},
+		{"[rule.x]\ntype = slow_range\n", "[rule.x] is a slow_range rule without a range"},
+		{"[rule.x]\ntype = slow_range\nrange = a\nthreshold = 3\n",
+		 "[rule.x] is a slow_range rule: counter and threshold are for counter_above rules"},
+		{"[rule.x]\ntype = counter_above\ncounter = a\n",
+		 "[rule.x] is a counter_above rule: set both counter and threshold"},
+		{"[rule.x]\ntype = counter_above\ncounter = a\nthreshold = 1\nrange = b\n",
+		 "[rule.x] is a counter_above rule: range is for slow_range rules"},
+		{"[alertmanager]\nbefore = 59m\nafter = 2m\n",
+		 "[alertmanager] before 59m + after 2m is longer than [sessions] max_duration 1h"},
+		{"[rule.x]\ntype = slow_range\nrange = a\nbefore = 2h\n",
+		 "[rule.x] before 2h + after 5s is longer than [sessions] max_duration 1h"},
+	};
+	for (size_t i = 0; i < sizeof(unchecked) / sizeof(unchecked[0]); i++) {
+		if (load_text(&c, unchecked[i].text, &err))
+			fail_msg("case %zu: %s", i, err.msg);
+		assert_int_equal(rp_config_check(&c, &err), -EINVAL);
+		if (strncmp(err.msg, unchecked[i].msg, strlen(unchecked[i].msg)))
+			fail_msg("case %zu:\n got: %s\nwant: %s", i, err.msg, unchecked[i].msg);
+	}
+}
+
 /* print -> load gives the same configuration, byte for byte. */
 static void round_trip(void **state)
 {
@@ -362,6 +497,10 @@ static void round_trip(void **state)
 		"[daemon]\npoll_interval = 1.234567ms\nseal_interval = 59.999999999s\n"
 		"[rings]\nbudget = 1234567\nslot_size = 12KiB\n[ring.gpu0]\n[ring.x.y-z_1]\n"
 		"budget = 3MiB\n[sessions]\ndefault_last=1h0.5s\nmax_duration=2h\n",
+		"[alertmanager]\nbefore = 1.5s\nrun_label = team\n[rule.a]\ntype = slow_range\n"
+		"range = x y\nfactor = 2.75\n[rule.b]\ntype = counter_above\ncounter = c\n"
+		"threshold = 0.1\nfor = 3s\n[rule.c]\nmax_per_hour = 7\n",
+		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
 	};
 	char printed[96];
 	snprintf(printed, sizeof(printed), "%s/printed.conf", dir);
@@ -377,6 +516,8 @@ static void round_trip(void **state)
 		rp_config_defaults(&b);
 		b.poll_interval_ns = 1; /* the printed form must set every key */
 		b.producer_ring_size = 1;
+		b.host_metrics_enabled = !a.host_metrics_enabled;
+		b.host_metrics_interval_ns = 1;
 		strcpy(b.default_run, "zzz");
 		if (rp_config_load(&b, printed, &err))
 			fail_msg("input %zu, printed form: %s", i, err.msg);
@@ -402,6 +543,7 @@ static void example_file(void **state)
 		fail_msg("%s", err.msg);
 	assert_string_not_equal(c.tcp_listen, "");
 	assert_int_equal(c.nrings, 2);
+	assert_int_equal(c.nrules, 2);
 }
 
 int main(int argc, char **argv)
@@ -411,7 +553,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(defaults_sane), cmocka_unit_test(default_paths),
 		cmocka_unit_test(load_valid),    cmocka_unit_test(ring_fallback),
 		cmocka_unit_test(load_errors),   cmocka_unit_test(missing_file),
-		cmocka_unit_test(check_rules),   cmocka_unit_test(round_trip),
+		cmocka_unit_test(check_rules),   cmocka_unit_test(triggers),
+		cmocka_unit_test(round_trip),
 		cmocka_unit_test(example_file),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

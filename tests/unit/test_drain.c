@@ -280,6 +280,174 @@ static void test_names_repeat_in_every_chunk(void **state)
 	rp_ringfile_iter_free(it);
 }
 
+/* What one chunk repeats of the process metadata below. */
+struct chunk_meta {
+	int cmdlines, hz, map_a, map_b, map_c, counters;
+};
+
+static void scan_chunks(struct rp_ringfile *rf, void (*fn)(void *ctx, int chunk,
+							    const struct rp_event *ev),
+			void *ctx)
+{
+	struct rp_ringfile_iter *it;
+	struct rp_chunk_reader *r;
+	assert_int_equal(rp_ringfile_iter_new(rf, 0, UINT64_MAX, &it), 0);
+	assert_int_equal(rp_chunk_reader_new(&r), 0);
+	const void *chunk;
+	size_t len;
+	struct rp_chunk_header hdr;
+	for (int n = 0; rp_ringfile_iter_next(it, &chunk, &len, &hdr) == 1; n++) {
+		assert_int_equal(rp_chunk_reader_load(r, chunk, len, NULL), 0);
+		struct rp_event ev;
+		int rc;
+		while ((rc = rp_chunk_reader_next(r, &ev, NULL)) == 1)
+			fn(ctx, n, &ev);
+		assert_int_equal(rc, 0);
+	}
+	rp_chunk_reader_free(r);
+	rp_ringfile_iter_free(it);
+}
+
+static void count_meta(void *ctx, int chunk, const struct rp_event *ev)
+{
+	struct chunk_meta *m = &((struct chunk_meta *)ctx)[chunk];
+	m->cmdlines += ev->kind == RP_EV_PROCESS_CMDLINE && ev->pid == 9 &&
+		       !strcmp(ev->name, "python3 train.py");
+	m->hz += ev->kind == RP_EV_COUNTER && !strcmp(ev->name, "cpu_sampler_hz") &&
+		 ev->u.counter.value == 99;
+	m->counters += ev->kind == RP_EV_COUNTER && !strcmp(ev->name, "seq");
+	if (ev->kind != RP_EV_MAPPING)
+		return;
+	m->map_a += ev->pid == 9 && ev->u.mapping.start == 0x1000;
+	m->map_b += ev->pid == 9 && ev->u.mapping.start == 0x1800 && ev->u.mapping.end == 0x3000 &&
+		    ev->u.mapping.offset == 0x800 && ev->u.mapping.build_id_len == 2 &&
+		    ev->u.mapping.build_id[1] == 0xcd && !strcmp(ev->name, "/usr/lib/libb.so");
+	m->map_c += ev->pid == 11;
+}
+
+/* Command lines, mappings and sticky events are repeated in every chunk
+ * like names; a mapping replaces the ones it overlaps; forgetting a
+ * process stops its repeats. */
+static void test_process_metadata_repeats(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ts = rp_clock_now_ns();
+	struct rp_event meta[] = {
+		{ .kind = RP_EV_PROCESS_CMDLINE, .ts = ts, .pid = 9, .tid = 9, .name = "python3 train.py" },
+		{ .kind = RP_EV_MAPPING, .ts = ts, .pid = 9, .tid = 9, .name = "/usr/lib/liba.so",
+		  .u.mapping = { .start = 0x1000, .end = 0x2000 } },
+		{ .kind = RP_EV_MAPPING, .ts = ts, .pid = 9, .tid = 9, .name = "/usr/lib/libb.so",
+		  .u.mapping = { .start = 0x1800, .end = 0x3000, .offset = 0x800,
+				 .build_id = { 0xab, 0xcd }, .build_id_len = 2 } },
+		{ .kind = RP_EV_MAPPING, .ts = ts, .pid = 11, .tid = 11, .name = "/usr/bin/other",
+		  .u.mapping = { .start = 0x1000, .end = 0x2000 } },
+	};
+	for (size_t i = 0; i < sizeof(meta) / sizeof(meta[0]); i++)
+		assert_int_equal(rp_drain_add(f->drain, &meta[i], NULL), 0);
+	struct rp_event hz = { .kind = RP_EV_COUNTER, .ts = ts, .name = "cpu_sampler_hz",
+			       .u.counter.value = 50 };
+	assert_int_equal(rp_drain_add_sticky(f->drain, &hz, NULL), 0);
+	hz.u.counter.value = 99; /* replaces the 50 */
+	assert_int_equal(rp_drain_add_sticky(f->drain, &hz, NULL), 0);
+	struct rp_event sample = { .kind = RP_EV_CPU_SAMPLE, .ts = ts };
+	assert_int_equal(rp_drain_add_sticky(f->drain, &sample, NULL), -EINVAL);
+	int forgot_at = -1;
+	for (int i = 0; i < 200000; i++) {
+		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = 9, .tid = 10,
+				       .name = "seq", .u.counter.value = i };
+		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+		if (i == 100000) {
+			struct rp_drain_stats st;
+			rp_drain_stats(f->drain, &st);
+			forgot_at = (int)st.chunks; /* the chunk open now still holds pid 11 */
+			rp_drain_forget(f->drain, 11);
+		}
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	struct rp_drain_stats st;
+	rp_drain_stats(f->drain, &st);
+	assert_true(st.chunks > 4 && forgot_at > 1 && forgot_at + 2 < (int)st.chunks);
+
+	struct chunk_meta *m = calloc(st.chunks, sizeof(*m));
+	scan_chunks(f->rf, count_meta, m);
+	for (int c = 0; c < (int)st.chunks; c++) {
+		assert_int_equal(m[c].cmdlines, 1);
+		assert_int_equal(m[c].map_b, 1);
+		assert_int_equal(m[c].map_a, c == 0); /* only where it was added */
+		assert_int_equal(m[c].hz, 1);
+		assert_int_equal(m[c].map_c, c <= forgot_at);
+		assert_true(m[c].counters > 0);
+	}
+	free(m);
+}
+
+struct rotation {
+	int meta[1024], counters[1024], chunks;
+	uint8_t *seen[1024]; /* by chunk: mapping i appeared in it */
+};
+
+static void count_rotation(void *ctx, int chunk, const struct rp_event *ev)
+{
+	struct rotation *r = ctx;
+	assert_true(chunk < 1024);
+	if (chunk >= r->chunks) {
+		r->chunks = chunk + 1;
+		r->seen[chunk] = calloc(3000, 1);
+	}
+	if (ev->kind == RP_EV_MAPPING) {
+		r->meta[chunk]++;
+		r->seen[chunk][ev->pid - 1000] = 1;
+	}
+	r->counters[chunk] += ev->kind == RP_EV_COUNTER;
+}
+
+/* More mappings than half a chunk holds: each chunk repeats what fits in
+ * half of it, and the next chunk goes on where it stopped, so every
+ * mapping keeps coming back and events always find room. */
+static void test_metadata_replay_is_bounded(void **state)
+{
+	struct fixture *f = *state;
+	enum { N = 3000 };
+	uint64_t ts = rp_clock_now_ns();
+	char path[RP_NAME_MAX + 1];
+	for (int i = 0; i < N; i++) {
+		snprintf(path, sizeof(path), "/opt/a/long/path/to/library/number/%d/%0180d.so", i, i);
+		struct rp_event ev = { .kind = RP_EV_MAPPING, .ts = ts, .pid = 1000 + (uint32_t)i,
+				       .tid = 1000 + (uint32_t)i, .name = path,
+				       .u.mapping = { .start = 0x400000, .end = 0x500000 } };
+		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	for (int i = 0; i < 400000; i++) {
+		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = 9, .tid = 10,
+				       .name = "seq", .u.counter.value = i };
+		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	static struct rotation r;
+	scan_chunks(f->rf, count_rotation, &r);
+	/* The chunks after the one the counters start in, but the last
+	 * (flushed early), hold repeats only. */
+	int first = 0;
+	while (first < r.chunks && !r.counters[first])
+		first++;
+	assert_true(first > 0 && r.chunks - first > 10);
+	uint8_t seen[N] = { 0 };
+	int without = 0;
+	for (int c = first + 1; c < r.chunks - 1; c++) {
+		assert_true(r.meta[c] < N / 4);    /* a part of them */
+		assert_true(r.counters[c] > 1000); /* and room for events */
+		without += r.meta[c] == 0;         /* only events carried over from a split */
+		for (int i = 0; i < N; i++)
+			seen[i] |= r.seen[c][i];
+	}
+	assert_true(without * 10 < r.chunks - first);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(seen[i], 1);
+	for (int c = 0; c < r.chunks; c++)
+		free(r.seen[c]);
+}
+
 struct writer_arg {
 	struct rp_drain *drain;
 	struct rp_shmring *ring;
@@ -359,6 +527,8 @@ int main(void)
 		cmocka_unit_test(test_seal_by_age_and_flush),
 		cmocka_unit_test_setup_teardown(test_reap_drains_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_repeat_in_every_chunk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_process_metadata_repeats, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metadata_replay_is_bounded, setup, teardown),
 		cmocka_unit_test(test_concurrent_reader),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -211,6 +211,24 @@ static void size_valid(void **state)
 	}
 }
 
+static void size_format(void **state)
+{
+	(void)state;
+	static const struct {
+		uint64_t bytes;
+		const char *text;
+	} t[] = {
+		{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1536, "1.5 KiB"},
+		{64ull << 20, "64.0 MiB"}, {(42ull << 30) / 10, "4.2 GiB"}, {10ull << 40, "10.0 TiB"},
+		{UINT64_MAX, "16.0 EiB"},
+	};
+	for (size_t i = 0; i < N(t); i++) {
+		char buf[32];
+		rp_format_size(t[i].bytes, buf, sizeof(buf));
+		assert_string_equal(buf, t[i].text);
+	}
+}
+
 static void size_invalid(void **state)
 {
 	(void)state;
@@ -442,7 +460,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(duration_valid), cmocka_unit_test(duration_invalid),
-		cmocka_unit_test(duration_format), cmocka_unit_test(size_valid),
+		cmocka_unit_test(duration_format), cmocka_unit_test(size_valid), cmocka_unit_test(size_format),
 		cmocka_unit_test(size_invalid), cmocka_unit_test(time_valid),
 		cmocka_unit_test(time_invalid), cmocka_unit_test(time_format),
 		cmocka_unit_test(session_id), cmocka_unit_test(name_valid),

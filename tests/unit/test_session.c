@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,12 +23,15 @@
 #include "drain.h"
 #include "parse.h"
 #include "ringfile.h"
+#include "scratch.h"
 #include "session.h"
 
 #define BASE_NS 1000000000000ull
 #define WALL_OFFSET 1700000000000000000ll
 #define HOST "trainer:07"
 #define CHUNKS_FILE "trainer_07.host.chunks"
+#define MANIFEST_FILE "trainer_07.manifest.json"
+#define MARKER_FILE "trainer_07.open"
 #define SLOT 4096u
 #define PATH_LEN 512
 
@@ -200,7 +202,7 @@ static void chunks_path(const struct rp_session *s, char *out, size_t len)
 static json_t *load_manifest(const struct rp_session *s)
 {
 	char path[PATH_LEN];
-	snprintf(path, sizeof(path), "%s/manifest.json", rp_session_path(s));
+	snprintf(path, sizeof(path), "%s/" MANIFEST_FILE, rp_session_path(s));
 	json_error_t jerr;
 	json_t *m = json_load_file(path, 0, &jerr);
 	if (!m)
@@ -551,13 +553,89 @@ static void test_id_collision(void **state)
 	/* A session dropped while open is left failed, with the reason. */
 	rp_session_free(mine);
 	char path[PATH_LEN];
-	snprintf(path, sizeof(path), "%s/default/plugins/profile/mine/manifest.json", logdir);
+	snprintf(path, sizeof(path), "%s/default/plugins/profile/mine/" MANIFEST_FILE, logdir);
 	json_t *m = json_load_file(path, 0, NULL);
 	assert_non_null(m);
 	assert_string_equal(json_string_value(json_object_get(m, "state")), "failed");
 	assert_non_null(strstr(json_string_value(json_object_get(m, "error")),
 			       "daemon stopped before the session was closed"));
 	json_decref(m);
+}
+
+static bool exists(const char *dir, const char *name)
+{
+	char path[PATH_LEN];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return stat(path, &st) == 0;
+}
+
+static struct rp_session *open_as(const char *logdir, const char *host, struct rp_err *err)
+{
+	struct rp_session_opts o = { .logdir = logdir, .run = "job", .id = "shared", .host = host,
+				     .kind = RP_SESSION_SNAPSHOT, .start_ns = ts_of(0),
+				     .end_ns = ts_of(99), .source = "test" };
+	struct rp_session *s = NULL;
+	int rc = rp_session_open(&o, &s, err);
+	assert_int_equal(rc < 0, s == NULL);
+	return s;
+}
+
+/* Hosts share a session directory, one set of files each; a host joins
+ * once.  The .open marker lasts while the session is written. */
+static void test_hosts_share_a_session(void **state)
+{
+	(void)state;
+	char logdir[96];
+	snprintf(logdir, sizeof(logdir), "%s/shared", base);
+	struct ring r;
+	ring_open(&r, "sharedring", 8);
+	feed(&r, 100);
+	struct rp_err err = { 0 };
+	struct rp_session *a = open_as(logdir, "node-b", &err);
+	struct rp_session *b = open_as(logdir, "node-a", &err);
+	assert_non_null(a);
+	assert_non_null(b);
+	const char *dir = rp_session_path(a);
+	assert_string_equal(rp_session_path(b), dir);
+	assert_true(exists(dir, "node-b.open") && exists(dir, "node-a.open"));
+	/* Open on node-b: node-b cannot join again. */
+	assert_null(open_as(logdir, "node-b", &err));
+	assert_int_equal(err.code, -EEXIST);
+	assert_non_null(strstr(err.msg, "with the files of host node-b: choose another name"));
+	for (struct rp_session *s = a;; s = b) {
+		struct rp_err e = { 0 };
+		assert_int_equal(rp_session_add_ring(s, "host", r.rf, &e), 0);
+		close_ok(s, ts_of(99));
+		if (s == b)
+			break;
+	}
+	assert_true(exists(dir, "node-a.manifest.json") && exists(dir, "node-b.manifest.json"));
+	assert_true(exists(dir, "node-a.host.chunks") && exists(dir, "node-b.host.chunks"));
+	assert_false(exists(dir, "node-a.open") || exists(dir, "node-b.open"));
+	/* Closed on node-a: still taken. */
+	assert_null(open_as(logdir, "node-a", &err));
+	assert_int_equal(err.code, -EEXIST);
+	assert_false(exists(dir, "node-a.open"));
+
+	json_t *list = NULL;
+	assert_int_equal(rp_session_manifests(dir, &list, &err), 0);
+	assert_int_equal(json_array_size(list), 2);
+	static const char *const hosts[] = { "node-a", "node-b" };
+	for (size_t i = 0; i < 2; i++) {
+		json_t *m = json_array_get(list, i);
+		assert_string_equal(json_string_value(json_object_get(m, "host")), hosts[i]);
+		assert_string_equal(json_string_value(json_object_get(m, "path")), dir);
+		assert_int_equal(get_u64(device0(m), "events"), 100);
+	}
+	json_decref(list);
+	rp_session_free(a);
+	rp_session_free(b);
+	ring_close(&r);
+	char missing[PATH_LEN];
+	snprintf(missing, sizeof(missing), "%s/nowhere", logdir);
+	assert_int_equal(rp_session_manifests(missing, &list, &err), -ENOENT);
+	assert_non_null(strstr(err.msg, missing));
 }
 
 /* A ring that cannot join fails the session, which says why on disk. */
@@ -738,25 +816,16 @@ static void test_chunks_reader_resyncs(void **state)
 	ring_close(&r);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
-	snprintf(base, sizeof(base), "/tmp/rp-session-XXXXXX");
-	return mkdtemp(base) ? 0 : -1;
+	return scratch_make(base, sizeof(base), "session");
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	return nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return scratch_remove(base);
 }
 
 int main(void)
@@ -769,6 +838,7 @@ int main(void)
 		cmocka_unit_test(test_overlapping_sessions),
 		cmocka_unit_test(test_pump_races_writer),
 		cmocka_unit_test(test_id_collision),
+		cmocka_unit_test(test_hosts_share_a_session),
 		cmocka_unit_test(test_ring_that_cannot_join),
 		cmocka_unit_test(test_unwritable_logdir),
 		cmocka_unit_test(test_full_disk),

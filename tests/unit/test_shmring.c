@@ -159,7 +159,7 @@ static void test_roundtrip_all_kinds(void **state)
 		assert_true(rp_shm_write_event(r, &evs[i]));
 	struct rp_event bad = { .kind = 0 };
 	assert_false(rp_shm_write_event(r, &bad));
-	bad.kind = RP_EV_KIND_MAX + 1;
+	bad.kind = RP_EV_PRODUCER_KIND_MAX + 1;
 	assert_false(rp_shm_write_event(r, &bad));
 	assert_int_equal(rp_shmring_dropped(r), 0);
 
@@ -578,7 +578,7 @@ static void test_corrupt(void **state)
 		{ END_AT(2), 4096, 2, 2 },          /* beyond the data area */
 		{ END_AT(3), 32, 2, 3 },            /* beyond head */
 		{ END_AT(1) + 2, 0, 1, 1 },         /* kind 0 */
-		{ END_AT(1) + 2, RP_EV_KIND_MAX + 1, 1, 1 }, /* unknown kind */
+		{ END_AT(1) + 2, RP_EV_PRODUCER_KIND_MAX + 1, 1, 1 }, /* unknown kind */
 		{ END_AT(1) + 2, RP_REC_PAD, 1, 1 }, /* pad not reaching the end */
 		{ END_AT(1) + 3, 5, 1, 1 },         /* name on a nameless kind */
 		{ RP_SHM_OFF_HEAD, 4096 + 64, 8, 0 }, /* head too far ahead */
