@@ -21,13 +21,23 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Burn CPU for about us microseconds, like a kernel launch loop would. */
+/* Burn CPU for about us microseconds, reading the clock only now and
+ * then so that the samples land here rather than in clock_gettime. */
 static void work(unsigned us)
 {
 	uint64_t end = now_ns() + us * 1000ull;
-	while (now_ns() < end)
-		;
+	volatile double x = 1.0;
+	do {
+		for (int i = 0; i < 2000; i++)
+			x = x * 1.0000001 + 1e-9;
+	} while (now_ns() < end);
 }
+
+/* One function per phase, so CPU samples name the phases too. */
+static __attribute__((noinline)) void load_batch(void) { work(300); }
+static __attribute__((noinline)) void forward_pass(int rank) { work(2000 + (rank == 1 ? 1500u : 0u)); }
+static __attribute__((noinline)) void backward_pass(void) { work(4000); }
+static __attribute__((noinline)) void optimizer_step(void) { work(500); }
 
 static void *rank_main(void *arg)
 {
@@ -40,16 +50,16 @@ static void *rank_main(void *arg)
 	for (int step = 0; now_ns() < end; step++) {
 		ringprof_range_begin("train_step");
 		ringprof_range_begin("data_loader");
-		work(300);
+		load_batch();
 		ringprof_range_end();
 		ringprof_range_begin("forward");
-		work(2000 + (rank == 1 ? 1500u : 0u));
+		forward_pass(rank);
 		ringprof_range_end();
 		ringprof_range_begin("backward");
-		work(4000);
+		backward_pass();
 		ringprof_range_end();
 		ringprof_range_begin("optimizer");
-		work(500);
+		optimizer_step();
 		ringprof_range_end();
 		loss *= 0.997;
 		ringprof_counter("loss", loss);
