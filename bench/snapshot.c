@@ -30,14 +30,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
-#include <linux/magic.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -45,13 +42,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <ringprof/ringprof.h>
 
 #include "client.h"
+#include "daemon.h"
 #include "parse.h"
 
 #ifdef HAVE_LTTNG_UST
@@ -77,12 +74,6 @@
 #define FREEZE_TARGET_MS 10.0
 #define DISK_BLOCK (1u << 20)
 #define START_TIMEOUT_S 10.0
-#define STOP_TIMEOUT_S 30.0
-#define LOG_TAIL 4096
-#define SOCKET_MAX 97           /* docs/configuration.md, [daemon] socket */
-#define SOCKET_NAME "/ctl.sock"
-/* The work directory's path with its NUL, short enough for the socket. */
-#define DIR_MAX (SOCKET_MAX - ((int)sizeof(SOCKET_NAME) - 1) + 1)
 #define MIB (1024.0 * 1024.0)
 #define INGESTED "ringprof_ring_ingested_events_total{device=\"host\"}"
 /* A range_begin (a 4-byte compact header, a 16-character name with its
@@ -99,34 +90,6 @@ static const char *const ops[8] = {
 static const char *const kernels[4] = {
 	"gemm_bf16_128x256", "flash_attn_fwd", "layernorm_fwd", "nccl_allreduce_ring",
 };
-
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	interrupted = 1;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-/* Sorts v. */
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return v[n / 2];
-}
 
 /* ---- load ---- */
 
@@ -300,19 +263,6 @@ static void *rss_main(void *arg)
 
 /* ---- files ---- */
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
-static void remove_tree(const char *path)
-{
-	nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Bytes of the session's .chunks files; -1 when it cannot be read. */
 static int64_t chunks_bytes(const char *session_dir)
 {
@@ -336,18 +286,13 @@ static int64_t chunks_bytes(const char *session_dir)
 
 struct bench {
 	/* options */
-	const char *daemon_path;
 	const char *parent;       /* where the work directory is made */
 	uint64_t window_ns;
 	uint64_t budget;
 	uint64_t rate;            /* events/s, a multiple of PRODUCERS * RINGPROF_UNIT * 1000 */
 	double soak_s;
 
-	char dir[DIR_MAX];        /* work directory; "" until made */
-	char sock[PATH_MAX];
-	char log[PATH_MAX];
-	pid_t pid;                /* the daemon; 0 when not running */
-	struct rp_client *client;
+	struct bench_daemon d;
 	struct emitter prod[PRODUCERS];
 	unsigned nprod;           /* started */
 	struct rss rss;
@@ -359,7 +304,7 @@ struct bench {
 static double disk_gbps(const struct bench *b, uint64_t bytes)
 {
 	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/disk-test", b->dir);
+	snprintf(path, sizeof(path), "%s/disk-test", b->d.dir);
 	char *buf = malloc(DISK_BLOCK);
 	int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
 	if (!buf || fd < 0) {
@@ -371,7 +316,7 @@ static double disk_gbps(const struct bench *b, uint64_t bytes)
 	}
 	for (size_t i = 0; i < DISK_BLOCK; i++)
 		buf[i] = (char)(i * 2654435761u >> 24);
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	int rc = 0;
 	for (uint64_t done = 0; done < bytes && rc == 0;) {
 		size_t n = bytes - done < DISK_BLOCK ? (size_t)(bytes - done) : DISK_BLOCK;
@@ -383,7 +328,7 @@ static double disk_gbps(const struct bench *b, uint64_t bytes)
 	}
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
-	double t = now_s() - t0;
+	double t = bench_now_s() - t0;
 	close(fd);
 	unlink(path);
 	free(buf);
@@ -394,83 +339,13 @@ static double disk_gbps(const struct bench *b, uint64_t bytes)
 	return (double)bytes / t / 1e9;
 }
 
-static void print_log(const struct bench *b)
-{
-	FILE *f = fopen(b->log, "r");
-	if (!f) {
-		fprintf(stderr, "  (no log at %s)\n", b->log);
-		return;
-	}
-	char buf[LOG_TAIL + 1];
-	fseek(f, 0, SEEK_END);
-	long size = ftell(f);
-	fseek(f, size > LOG_TAIL ? size - LOG_TAIL : 0, SEEK_SET);
-	size_t n = fread(buf, 1, LOG_TAIL, f);
-	buf[n] = 0;
-	fclose(f);
-	fprintf(stderr, "--- %s%s ---\n%s%s--- end of log ---\n", b->log,
-		size > LOG_TAIL ? " (its end)" : "", n ? buf : "(empty)\n",
-		n && buf[n - 1] != '\n' ? "\n" : "");
-}
-
-static void report_exit(struct bench *b, int st, const char *when)
-{
-	if (WIFEXITED(st))
-		fprintf(stderr, "bench-snapshot: ringprofd exited %s with status %d; its log:\n", when,
-			WEXITSTATUS(st));
-	else
-		fprintf(stderr, "bench-snapshot: ringprofd was killed by signal %d (%s) %s; its log:\n",
-			WTERMSIG(st), strsignal(WTERMSIG(st)), when);
-	print_log(b);
-}
-
-/* False (with the reason printed) when the daemon is gone. */
-static bool daemon_alive(struct bench *b, const char *when)
-{
-	int st;
-	if (b->pid <= 0 || waitpid(b->pid, &st, WNOHANG) != b->pid)
-		return b->pid > 0;
-	b->pid = 0;
-	report_exit(b, st, when);
-	return false;
-}
-
-/* Sleeps; false (with the reason printed) when interrupted or the daemon
- * died meanwhile. */
-static bool wait_s(struct bench *b, double seconds, const char *when)
-{
-	double until = now_s() + seconds;
-	while (now_s() < until) {
-		if (interrupted) {
-			fprintf(stderr, "bench-snapshot: interrupted\n");
-			return false;
-		}
-		if (b->pid && !daemon_alive(b, when))
-			return false;
-		double left = until - now_s();
-		usleep(left > 0.1 ? 100000 : left > 0 ? (useconds_t)(left * 1e6) : 0);
-	}
-	return true;
-}
-
-static json_t *call(struct bench *b, const char *method, const char *path, json_t *body)
-{
-	struct rp_err err = { 0 };
-	json_t *resp = NULL;
-	if (rp_client_call(b->client, method, path, body, &resp, &err) < 0) {
-		fprintf(stderr, "bench-snapshot: %s %s: %s\n", method, path, err.msg);
-		return NULL;
-	}
-	return resp;
-}
-
 /* One series of GET /metrics, e.g. "ringprof_producers{device=\"host\"}";
  * -1 with a message when missing. */
 static double metric(struct bench *b, const char *series)
 {
 	struct rp_err err = { 0 };
 	char *text = NULL;
-	if (rp_client_get_text(b->client, "/metrics", &text, &err) < 0) {
+	if (rp_client_get_text(b->d.client, "/metrics", &text, &err) < 0) {
 		fprintf(stderr, "bench-snapshot: GET /metrics: %s\n", err.msg);
 		return -1;
 	}
@@ -500,7 +375,7 @@ struct ring_status {
 /* The host ring in GET /v1/status; -1 with a message. */
 static int host_ring(struct bench *b, struct ring_status *r)
 {
-	json_t *st = call(b, "GET", "/v1/status", NULL);
+	json_t *st = bench_call(&b->d, "GET", "/v1/status", NULL);
 	if (!st)
 		return -1;
 	json_t *ring, *found = NULL;
@@ -521,94 +396,6 @@ static int host_ring(struct bench *b, struct ring_status *r)
 	return rc;
 }
 
-static int write_config(struct bench *b, char *path, size_t cap)
-{
-	snprintf(path, cap, "%s/bench.conf", b->dir);
-	FILE *f = fopen(path, "w");
-	if (!f) {
-		fprintf(stderr, "bench-snapshot: cannot create %s: %s\n", path, strerror(errno));
-		return -1;
-	}
-	fprintf(f, "[daemon]\nseal_interval = %s\n\n[ring.host]\nbudget = %llu\n\n"
-		   "[producers]\nring_size = %llu\n",
-		SEAL_INTERVAL, (unsigned long long)b->budget, (unsigned long long)PRODUCER_RING);
-	return fclose(f) == 0 ? 0 : -1;
-}
-
-static int start_daemon(struct bench *b)
-{
-	char conf[PATH_MAX], state[PATH_MAX], logs[PATH_MAX];
-	if (write_config(b, conf, sizeof(conf)) < 0)
-		return -1;
-	snprintf(state, sizeof(state), "%s/state", b->dir);
-	snprintf(logs, sizeof(logs), "%s/logs", b->dir);
-	snprintf(b->log, sizeof(b->log), "%s/ringprofd.log", b->dir);
-	int log = open(b->log, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-	if (log < 0) {
-		fprintf(stderr, "bench-snapshot: cannot create %s: %s\n", b->log, strerror(errno));
-		return -1;
-	}
-	pid_t pid = fork();
-	if (pid == 0) {
-		/* Its own process group: a ^C reaches the bench, which stops it. */
-		setpgid(0, 0);
-		int null = open("/dev/null", O_WRONLY);
-		dup2(null, STDOUT_FILENO);
-		dup2(log, STDERR_FILENO);
-		execl(b->daemon_path, b->daemon_path, "--foreground", "--socket", b->sock,
-		      "--state-dir", state, "--logdir", logs, "--config", conf, (char *)NULL);
-		fprintf(stderr, "bench-snapshot: cannot run %s: %s\n", b->daemon_path, strerror(errno));
-		_exit(127);
-	}
-	close(log);
-	if (pid < 0) {
-		fprintf(stderr, "bench-snapshot: fork: %s\n", strerror(errno));
-		return -1;
-	}
-	b->pid = pid;
-	struct rp_client_opts co = { .socket_path = b->sock, .client_name = "bench-snapshot",
-				     .timeout_ms = 120000 };
-	struct rp_err err = { 0 };
-	if (rp_client_new(&co, &b->client, &err) < 0) {
-		fprintf(stderr, "bench-snapshot: %s\n", err.msg);
-		return -1;
-	}
-	for (double until = now_s() + START_TIMEOUT_S; now_s() < until;) {
-		json_t *st = NULL;
-		if (rp_client_call(b->client, "GET", "/v1/status", NULL, &st, &err) == 0) {
-			json_decref(st);
-			return 0;
-		}
-		if (!wait_s(b, 0.05, "during start-up"))
-			return -1;
-	}
-	fprintf(stderr, "bench-snapshot: ringprofd did not answer on %s within %.0f s (%s); "
-		"its log:\n", b->sock, START_TIMEOUT_S, err.msg);
-	print_log(b);
-	return -1;
-}
-
-static void stop_daemon(struct bench *b)
-{
-	if (b->pid <= 0)
-		return;
-	kill(b->pid, SIGTERM);
-	int st;
-	for (double until = now_s() + STOP_TIMEOUT_S; now_s() < until; usleep(10000))
-		if (waitpid(b->pid, &st, WNOHANG) == b->pid) {
-			if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-				report_exit(b, st, "on SIGTERM");
-			b->pid = 0;
-			return;
-		}
-	fprintf(stderr, "bench-snapshot: ringprofd did not stop within %.0f s of SIGTERM: "
-		"killing it; its log:\n", STOP_TIMEOUT_S);
-	print_log(b);
-	kill(b->pid, SIGKILL);
-	waitpid(b->pid, &st, 0);
-	b->pid = 0;
-}
-
 /* ---- snapshots ---- */
 
 struct snap {
@@ -625,9 +412,9 @@ static int snapshot(struct bench *b, struct snap *s)
 {
 	json_t *body = json_pack("{s:I, s:s}", "last_ns", (json_int_t)b->window_ns,
 				 "reason", "bench-snapshot");
-	double t0 = now_s();
-	json_t *resp = call(b, "POST", "/v1/snapshot", body);
-	s->total_ms = (now_s() - t0) * 1e3;
+	double t0 = bench_now_s();
+	json_t *resp = bench_call(&b->d, "POST", "/v1/snapshot", body);
+	s->total_ms = (bench_now_s() - t0) * 1e3;
 	json_decref(body);
 	if (!resp)
 		return -1;
@@ -652,7 +439,7 @@ static int snapshot(struct bench *b, struct snap *s)
 	if (bytes < 0)
 		fprintf(stderr, "bench-snapshot: cannot read session directory %s: %s\n", path,
 			strerror(errno));
-	remove_tree(path);
+	bench_remove_tree(path);
 	json_decref(resp);
 	double freeze = metric(b, "ringprof_snapshot_freeze_seconds");
 	if (bytes < 0 || freeze < 0)
@@ -698,7 +485,7 @@ static void lttng_peer(struct bench *b, uint64_t target, struct lttng_peer *p)
 	snprintf(opts, sizeof(opts), "--buffers-uid --subbuf-size=%lluM --num-subbuf=%u",
 		 (unsigned long long)(p->subbuf >> 20), p->subbufs);
 	struct bench_lttng l;
-	if (bench_lttng_start(&l, "rpbench_snapshot", b->dir, opts, p->why, sizeof(p->why)) < 0)
+	if (bench_lttng_start(&l, "rpbench_snapshot", b->d.dir, opts, p->why, sizeof(p->why)) < 0)
 		return;
 	struct emitter e = { .name = "lttng-load", .unit = emit_lttng, .unit_events = LTTNG_UNIT,
 			     .units_per_tick = b->rate / LTTNG_UNIT / (1000000000 / TICK_NS),
@@ -716,11 +503,11 @@ static void lttng_peer(struct bench *b, uint64_t target, struct lttng_peer *p)
 	fflush(stdout);
 	double ms[REPEATS], durable_ms[REPEATS], mb[REPEATS];
 	int n = 0;
-	if (wait_s(b, p->fill_s, "")) {
+	if (bench_wait_s(&b->d, p->fill_s, "")) {
 		for (; n < REPEATS; n++) {
 			double seconds, durable;
 			uint64_t bytes;
-			if ((n && !wait_s(b, 1.0, "")) ||
+			if ((n && !bench_wait_s(&b->d, 1.0, "")) ||
 			    bench_lttng_snapshot(&l, &seconds, &durable, &bytes, p->why,
 						 sizeof(p->why)) < 0)
 				break;
@@ -736,9 +523,9 @@ static void lttng_peer(struct bench *b, uint64_t target, struct lttng_peer *p)
 	stop_emitter(&e);
 	bench_lttng_end(&l);
 	if (n == REPEATS) {
-		p->ms = median(ms, n);
-		p->durable_ms = median(durable_ms, n);
-		p->mb = median(mb, n);
+		p->ms = bench_median(ms, n);
+		p->durable_ms = bench_median(durable_ms, n);
+		p->mb = bench_median(mb, n);
 	}
 }
 #endif
@@ -774,7 +561,8 @@ static int parse_args(int argc, char **argv, struct bench *b)
 		{ "dir", required_argument, NULL, 'd' },    { "daemon", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
 	};
-	*b = (struct bench){ .daemon_path = RINGPROFD_PATH, .parent = ".",
+	*b = (struct bench){ .d = { .prog = "bench-snapshot", .path = RINGPROFD_PATH, .cpu = -1 },
+			     .parent = ".",
 			     .window_ns = 60000000000ull, .budget = DEFAULT_BUDGET,
 			     .rate = 1000000 };
 	struct rp_err err = { 0 };
@@ -807,67 +595,24 @@ static int parse_args(int argc, char **argv, struct bench *b)
 			if (rp_parse_size(optarg, &b->budget, &err) < 0)
 				goto bad;
 			break;
-		case 'd':
-			b->parent = optarg;
-			break;
-		case 'D':
-			b->daemon_path = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
 		default:
-			usage(stderr);
-			return -1;
+			if (bench_common_option(&b->d, &b->parent, c, optarg, usage) < 0)
+				return -1;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "bench-snapshot: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return -1;
-	}
-	return 0;
+	return bench_no_arguments(&b->d, argc, argv, usage);
 bad:
 	fprintf(stderr, "bench-snapshot: %s\n", err.msg);
 	return -1;
 }
 
-/* The work directory, on a disk with room for the ring, a session and
- * the disk test's file of the same size, and the LTTng output. */
-static int make_workdir(struct bench *b)
+/* Room for the ring, a session and the disk test's file of the same
+ * size, and the LTTng output. */
+static int check_space(const struct bench *b)
 {
-	if (access(b->daemon_path, X_OK) < 0) {
-		fprintf(stderr, "bench-snapshot: ringprofd not found at %s (%s): build it "
-			"(ninja -C build) or pass --daemon PATH\n", b->daemon_path, strerror(errno));
-		return -1;
-	}
-	char tmpl[PATH_MAX], dir[PATH_MAX];
-	snprintf(tmpl, sizeof(tmpl), "%s/rpbench-snapshot-XXXXXX", b->parent);
-	if (!mkdtemp(tmpl)) {
-		fprintf(stderr, "bench-snapshot: cannot create a work directory in %s: %s\n",
-			b->parent, strerror(errno));
-		return -1;
-	}
-	if (!realpath(tmpl, dir)) {
-		fprintf(stderr, "bench-snapshot: realpath %s: %s\n", tmpl, strerror(errno));
-		rmdir(tmpl);
-		return -1;
-	}
-	if (strlen(dir) >= DIR_MAX) {
-		fprintf(stderr, "bench-snapshot: the socket path %s%s would be longer than %d "
-			"bytes: pass a shorter --dir\n", dir, SOCKET_NAME, SOCKET_MAX);
-		rmdir(dir);
-		return -1;
-	}
-	memcpy(b->dir, dir, strlen(dir) + 1);
 	struct statfs fs;
-	if (statfs(b->dir, &fs) < 0) {
-		fprintf(stderr, "bench-snapshot: statfs %s: %s\n", b->dir, strerror(errno));
-		return -1;
-	}
-	if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
-		fprintf(stderr, "bench-snapshot: %s is in memory (tmpfs): the ring and the "
-			"sessions must be on a disk: pass --dir on one\n", b->dir);
+	if (statfs(b->d.dir, &fs) < 0) {
+		fprintf(stderr, "bench-snapshot: statfs %s: %s\n", b->d.dir, strerror(errno));
 		return -1;
 	}
 	uint64_t avail = (uint64_t)fs.f_bavail * (uint64_t)fs.f_bsize;
@@ -876,12 +621,20 @@ static int make_workdir(struct bench *b)
 		fprintf(stderr, "bench-snapshot: not enough disk space in %s: %.1f GiB free, "
 			"%.1f GiB needed (the %.1f GiB ring, and a session and a test file of up "
 			"to that size each): free space, pass --dir elsewhere or a smaller --budget\n",
-			b->dir, (double)avail / (1 << 30), (double)need / (1 << 30),
+			b->d.dir, (double)avail / (1 << 30), (double)need / (1 << 30),
 			(double)b->budget / (1 << 30));
 		return -1;
 	}
-	snprintf(b->sock, sizeof(b->sock), "%s" SOCKET_NAME, b->dir);
 	return 0;
+}
+
+static int start_daemon(struct bench *b)
+{
+	char conf[256];
+	snprintf(conf, sizeof(conf), "[daemon]\nseal_interval = %s\n\n[ring.host]\nbudget = %llu\n\n"
+		 "[producers]\nring_size = %llu\n", SEAL_INTERVAL, (unsigned long long)b->budget,
+		 (unsigned long long)PRODUCER_RING);
+	return bench_daemon_start(&b->d, conf);
 }
 
 static uint64_t load_events(struct bench *b, uint64_t *dropped, double *worst_late_ms)
@@ -913,17 +666,17 @@ static int start_load(struct bench *b)
 		b->nprod++;
 	}
 	struct ring_status r = { 0 };
-	for (double until = now_s() + START_TIMEOUT_S; now_s() < until;) {
+	for (double until = bench_now_s() + START_TIMEOUT_S; bench_now_s() < until;) {
 		if (host_ring(b, &r) < 0)
 			return -1;
 		if (r.producers >= PRODUCERS)
 			return 0;
-		if (!wait_s(b, 0.05, "while producers connected"))
+		if (!bench_wait_s(&b->d, 0.05, "while producers connected"))
 			return -1;
 	}
 	fprintf(stderr, "bench-snapshot: only %lld of %d producer threads reached ringprofd "
 		"within %.0f s; its log:\n", (long long)r.producers, PRODUCERS, START_TIMEOUT_S);
-	print_log(b);
+	bench_print_log(&b->d);
 	return -1;
 }
 
@@ -944,12 +697,7 @@ static void cleanup(struct bench *b)
 		pthread_join(b->rss.thread, NULL);
 		b->rss_started = false;
 	}
-	stop_daemon(b);
-	rp_client_free(b->client);
-	b->client = NULL;
-	if (b->dir[0])
-		remove_tree(b->dir);
-	b->dir[0] = 0;
+	bench_daemon_cleanup(&b->d);
 }
 
 static void fmt(char *buf, size_t cap, const char *f, double v)
@@ -965,37 +713,35 @@ int main(int argc, char **argv)
 	struct bench b;
 	if (parse_args(argc, argv, &b) < 0)
 		return 2;
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	bench_catch_signals();
 	pthread_mutex_init(&b.rss.lock, NULL);
 	double window_s = (double)b.window_ns / 1e9;
 
-	if (make_workdir(&b) < 0 || start_daemon(&b) < 0)
+	if (bench_workdir(&b.d, b.parent) < 0 || check_space(&b) < 0 || start_daemon(&b) < 0)
 		goto fail;
 	/* Before the first annotation: the producer threads ask this daemon. */
-	setenv("RINGPROF_SOCKET", b.sock, 1);
-	b.rss.pid = b.pid;
+	setenv("RINGPROF_SOCKET", b.d.sock, 1);
+	b.rss.pid = b.d.pid;
 	if (pthread_create(&b.rss.thread, NULL, rss_main, &b.rss) != 0) {
 		fprintf(stderr, "bench-snapshot: cannot start the memory sampler thread\n");
 		goto fail;
 	}
 	b.rss_started = true;
-	printf("bench-snapshot: ringprofd %s, work directory %s\n", b.daemon_path, b.dir);
+	printf("bench-snapshot: ringprofd %s, work directory %s\n", b.d.path, b.d.dir);
 	printf("host ring %.2f GiB, seal_interval %s, %d producer threads at %.2f M events/s "
 	       "together, snapshots of the last %.0f s\n",
 	       (double)b.budget / (1 << 30), SEAL_INTERVAL, PRODUCERS, (double)b.rate / 1e6, window_s);
 	fflush(stdout);
 	if (start_load(&b) < 0)
 		goto fail;
-	double load_t0 = now_s(), ingested0 = metric(&b, INGESTED);
+	double load_t0 = bench_now_s(), ingested0 = metric(&b, INGESTED);
 
 	/* Fill the window. */
 	struct ring_status r = { 0 };
 	double fill_s = window_s + FILL_MARGIN_S;
 	for (double t = 0; t < fill_s;) {
 		double step = fill_s - t < 10 ? fill_s - t : 10;
-		if (!wait_s(&b, step, "while the ring filled") || host_ring(&b, &r) < 0)
+		if (!bench_wait_s(&b.d, step, "while the ring filled") || host_ring(&b, &r) < 0)
 			goto fail;
 		t += step;
 		printf("  fill %5.1f s: ring horizon %5.1f s, %6.1f M events, %7.1f MB, dropped %lld\n",
@@ -1017,7 +763,7 @@ int main(int argc, char **argv)
 	double total[REPEATS], freeze[REPEATS], mb[REPEATS], gbps[REPEATS], disk[REPEATS],
 		ratio[REPEATS];
 	for (int i = 0; i < REPEATS; i++) {
-		if (i && !wait_s(&b, GAP_S, "between snapshots"))
+		if (i && !bench_wait_s(&b.d, GAP_S, "between snapshots"))
 			goto fail;
 		struct snap s;
 		uint64_t drops[3];
@@ -1027,7 +773,7 @@ int main(int argc, char **argv)
 			goto fail;
 		load_events(&b, &drops[1], &late);
 		disk[i] = disk_gbps(&b, (uint64_t)(s.mb * 1e6));
-		if (disk[i] < 0 || !wait_s(&b, 0.05, "after the disk test"))
+		if (disk[i] < 0 || !bench_wait_s(&b.d, 0.05, "after the disk test"))
 			goto fail;
 		load_events(&b, &drops[2], &late);
 		char what[16];
@@ -1051,12 +797,12 @@ int main(int argc, char **argv)
 	/* Soak: the load goes on, a snapshot every SOAK_EVERY_S. */
 	double worst_freeze = 0, worst_total = 0;
 	int soaked = 0;
-	for (double t0 = now_s(), next = SOAK_EVERY_S; b.soak_s > 0 && now_s() - t0 < b.soak_s;
+	for (double t0 = bench_now_s(), next = SOAK_EVERY_S; b.soak_s > 0 && bench_now_s() - t0 < b.soak_s;
 	     next += SOAK_EVERY_S) {
-		double left = b.soak_s - (now_s() - t0), until = next - (now_s() - t0);
-		if (!wait_s(&b, until < left ? until : left, "during the soak"))
+		double left = b.soak_s - (bench_now_s() - t0), until = next - (bench_now_s() - t0);
+		if (!bench_wait_s(&b.d, until < left ? until : left, "during the soak"))
 			goto fail;
-		if (now_s() - t0 >= b.soak_s)
+		if (bench_now_s() - t0 >= b.soak_s)
 			break;
 		struct snap s;
 		if (snapshot(&b, &s) < 0)
@@ -1073,7 +819,7 @@ int main(int argc, char **argv)
 		double late;
 		load_events(&b, &dropped, &late);
 		printf("  soak %5.0f s: freeze %.2f ms, total %.1f ms, %.1f MB; daemon RSS %.1f MiB "
-		       "(peak %.1f); producers dropped %llu events so far\n", now_s() - t0,
+		       "(peak %.1f); producers dropped %llu events so far\n", bench_now_s() - t0,
 		       s.freeze_ms, s.total_ms, s.mb, (double)rss_now / 1024, (double)hwm / 1024,
 		       (unsigned long long)dropped);
 		fflush(stdout);
@@ -1081,34 +827,34 @@ int main(int argc, char **argv)
 
 	/* Load totals, then the daemon stops. */
 	uint64_t lib_dropped;
-	double worst_late_ms, load_s = now_s() - load_t0;
+	double worst_late_ms, load_s = bench_now_s() - load_t0;
 	uint64_t emitted = load_events(&b, &lib_dropped, &worst_late_ms);
 	double ingested = metric(&b, INGESTED);
 	stop_load(&b);
 	b.nprod = 0;
-	if (ingested < 0 || ingested0 < 0 || !wait_s(&b, 0.2, "after the load stopped") ||
+	if (ingested < 0 || ingested0 < 0 || !bench_wait_s(&b.d, 0.2, "after the load stopped") ||
 	    host_ring(&b, &r) < 0)
 		goto fail;
 	double events_per_s = (ingested - ingested0) / load_s;
-	double bpf_mib = (double)bpf_maps_kib(b.pid) / 1024;
+	double bpf_mib = (double)bpf_maps_kib(b.d.pid) / 1024;
 	rss_sample(&b.rss);
 	atomic_store(&b.rss.stop, true);
 	pthread_join(b.rss.thread, NULL);
 	b.rss_started = false;
-	stop_daemon(&b);
+	bench_daemon_stop(&b.d);
 
 	struct lttng_peer lt = { .ms = -1, .mb = -1, .why = "built without lttng-ust" };
 #ifdef HAVE_LTTNG_UST
 	double mb_sorted[REPEATS];
 	memcpy(mb_sorted, mb, sizeof(mb));
-	lttng_peer(&b, (uint64_t)(median(mb_sorted, REPEATS) * 1e6), &lt);
+	lttng_peer(&b, (uint64_t)(bench_median(mb_sorted, REPEATS) * 1e6), &lt);
 #endif
 	cleanup(&b);
 
 	/* Report. */
-	double m_total = median(total, REPEATS), m_freeze = median(freeze, REPEATS),
-	       m_mb = median(mb, REPEATS), m_gbps = median(gbps, REPEATS),
-	       m_disk = median(disk, REPEATS), m_ratio = median(ratio, REPEATS);
+	double m_total = bench_median(total, REPEATS), m_freeze = bench_median(freeze, REPEATS),
+	       m_mb = bench_median(mb, REPEATS), m_gbps = bench_median(gbps, REPEATS),
+	       m_disk = bench_median(disk, REPEATS), m_ratio = bench_median(ratio, REPEATS);
 	double slot_mib = (double)r.slot_size / MIB, ring_mib = (double)PRODUCER_RING / MIB;
 	double buffers = PRODUCERS * ring_mib + RING_QUEUE_DEPTH * slot_mib + bpf_mib;
 	double peak = (double)(b.rss.hwm > b.rss.peak ? b.rss.hwm : b.rss.peak) / 1024;

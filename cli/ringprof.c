@@ -23,6 +23,7 @@
 #define EXIT_USAGE 2
 #define NAME_MAX_LEN 63
 #define REASON_MAX_LEN 255
+#define CPU_SAMPLE_HZ_MAX 10000
 #define POLL_INTERVAL_MS 100
 /* How long past its duration a capture may take to complete. */
 #define CAPTURE_GRACE_NS 30000000000ull
@@ -32,7 +33,7 @@
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	O_HOSTS, O_TOKEN_FILE, N_OPTS
+	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -50,11 +51,13 @@ static const struct option all_options[N_OPTS] = {
 	[O_VERSION] = { "version", no_argument, NULL, OPT_BASE + O_VERSION },
 	[O_HOSTS] = { "hosts", required_argument, NULL, OPT_BASE + O_HOSTS },
 	[O_TOKEN_FILE] = { "token-file", required_argument, NULL, OPT_BASE + O_TOKEN_FILE },
+	[O_CPU_HZ] = { "cpu-sample-hz", required_argument, NULL, OPT_BASE + O_CPU_HZ },
 };
 
 #define BIT(o) (1u << (o))
 #define COMMON_OPTS (BIT(O_SOCKET) | BIT(O_JSON) | BIT(O_HELP))
 #define NAMING_OPTS (BIT(O_NAME) | BIT(O_RUN) | BIT(O_REASON))
+#define SESSION_OPTS (NAMING_OPTS | BIT(O_CPU_HZ))
 
 struct args {
 	const char *val[N_OPTS];  /* option values; O_JSON non-NULL when given */
@@ -405,6 +408,20 @@ static int add_naming(const struct command *cmd, const struct args *a, json_t *b
 	return -1;
 }
 
+/* Checks --name/--run/--reason and --cpu-sample-hz and adds them to the
+ * body of POST /v1/sessions. */
+static int add_session_opts(const struct command *cmd, const struct args *a, json_t *body)
+{
+	unsigned hz;
+	struct rp_err err = { 0 };
+	if (a->val[O_CPU_HZ]) {
+		if (rp_parse_uint(a->val[O_CPU_HZ], 1, CPU_SAMPLE_HZ_MAX, &hz, &err) < 0)
+			return bad_value(cmd, "--cpu-sample-hz", &err);
+		json_object_set_new(body, "cpu_sample_hz", json_integer(hz));
+	}
+	return add_naming(cmd, a, body);
+}
+
 /* Checks a duration option; the daemon gets the text as typed. */
 static int check_duration(const struct command *cmd, const char *option, const char *text,
 			  uint64_t *ns)
@@ -451,6 +468,19 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	else
 		printf("no rings yet: they appear when a producer connects\n");
 	table_free(&t);
+
+	/* A collector that does not run says why, and the fix. */
+	const json_t *col;
+	json_array_foreach(json_object_get(r, "collectors"), i, col) {
+		if (i == 0)
+			printf("\ncollectors:\n");
+		if (!strcmp(jstr(col, "state"), "running"))
+			printf("  %s: running at %lld Hz, %lld events, %lld lost\n", jstr(col, "name"),
+			       (long long)jint(col, "frequency_hz"), (long long)jint(col, "events"),
+			       (long long)jint(col, "lost"));
+		else
+			printf("  %s: %s: %s\n", jstr(col, "name"), jstr(col, "state"), jstr(col, "reason"));
+	}
 
 	const json_t *open = json_object_get(r, "open_sessions");
 	printf("\nopen sessions:");
@@ -667,7 +697,7 @@ static int cmd_snapshot(const struct command *cmd, struct args *a)
 static int cmd_start(const struct command *cmd, struct args *a)
 {
 	json_t *body = json_object(), *s = NULL;
-	int rc = add_naming(cmd, a, body);
+	int rc = add_session_opts(cmd, a, body);
 	if (rc >= 0) {
 		json_decref(body);
 		return rc;
@@ -742,7 +772,7 @@ static int cmd_capture(const struct command *cmd, struct args *a)
 	if (rc >= 0)
 		return rc;
 	json_t *body = json_pack("{s:s}", "duration", a->val[O_DURATION]), *s = NULL;
-	if ((rc = add_naming(cmd, a, body)) >= 0) {
+	if ((rc = add_session_opts(cmd, a, body)) >= 0) {
 		json_decref(body);
 		return rc;
 	}
@@ -869,20 +899,26 @@ static const struct command commands[] = {
 	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n",
 	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE),
 	  0, cmd_snapshot },
-	{ "start", "[--name N] [--run R] [--reason TEXT]",
+	{ "start", "[--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
 	  "Start a session now and print its id; end it with 'ringprof stop ID'.\n\n"
 	  "  --name N          session id (default: from the time)\n"
 	  "  --run R           run directory the session goes into\n"
-	  "  --reason TEXT     why, kept with the session\n",
-	  COMMON_OPTS | NAMING_OPTS, 0, cmd_start },
+	  "  --reason TEXT     why, kept with the session\n"
+	  "  --cpu-sample-hz HZ\n"
+	  "                    sample CPUs at HZ per CPU (1 to 10000) while the\n"
+	  "                    session is open, when above the daemon's rate\n",
+	  COMMON_OPTS | SESSION_OPTS, 0, cmd_start },
 	{ "stop", "ID", "Stop an open session and show what it holds.\n\n", COMMON_OPTS, 1, cmd_stop },
-	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT]",
+	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
 	  "Record from now for a while, wait until the session is complete, show it.\n\n"
 	  "  --duration D      how long (500ms, 30s, 5m)\n"
 	  "  --name N          session id (default: from the time)\n"
 	  "  --run R           run directory the session goes into\n"
-	  "  --reason TEXT     why, kept with the session\n",
-	  COMMON_OPTS | NAMING_OPTS | BIT(O_DURATION), 0, cmd_capture },
+	  "  --reason TEXT     why, kept with the session\n"
+	  "  --cpu-sample-hz HZ\n"
+	  "                    sample CPUs at HZ per CPU (1 to 10000) during the\n"
+	  "                    capture, when above the daemon's rate\n",
+	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION), 0, cmd_capture },
 	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },
 	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "alerts.h"
+#include "config.h"
 #include "parse.h"
 
 #define MAX_CONNECTIONS 64
@@ -429,15 +430,38 @@ static int parse_snapshot(const struct rp_api *api, const struct request *rq,
 	return rc;
 }
 
+/* The CPU sampling rate a session asks for: an integer of samples per
+ * second per CPU. */
+static int hz_field(const json_t *obj, unsigned *hz, struct rp_err *err)
+{
+	json_t *v = json_object_get(obj, "cpu_sample_hz");
+	if (!v)
+		return 0;
+	if (!json_is_integer(v))
+		return rp_err_set(err, -EINVAL,
+				  "field 'cpu_sample_hz' must be an integer number of samples per second "
+				  "per CPU (1 to %d), not %s", RP_CPU_SAMPLE_HZ_MAX, rp_api_type_name(v));
+	json_int_t n = json_integer_value(v);
+	if (n < 1 || n > RP_CPU_SAMPLE_HZ_MAX)
+		return rp_err_set(err, -EINVAL,
+				  "field 'cpu_sample_hz': %lld is out of range: give 1 to %d samples per "
+				  "second per CPU", (long long)n, RP_CPU_SAMPLE_HZ_MAX);
+	*hz = (unsigned)n;
+	return 0;
+}
+
 static int parse_session(const struct rp_api *api, const struct request *rq,
 			 struct rp_session_req *req, struct rp_err *err)
 {
-	static const char *const fields[] = { "name", "run", "reason", "duration", NULL };
+	static const char *const fields[] = { "name", "run", "reason", "duration", "cpu_sample_hz",
+					      NULL };
 	json_t *obj;
 	int rc = parse_body(rq, "POST /v1/sessions", fields, &obj, err);
 	if (rc < 0)
 		return rc;
 	rc = duration_field(api, obj, "duration", &req->duration_ns, err);
+	if (rc == 0)
+		rc = hz_field(obj, &req->cpu_sample_hz, err);
 	if (rc == 0)
 		rc = name_field(obj, "name", "session name", req->name, err);
 	if (rc == 0)

@@ -28,6 +28,7 @@ struct rp_snapshot_req {
 
 struct rp_session_req {
 	uint64_t duration_ns;      /* 0: open until stopped; else a capture */
+	unsigned cpu_sample_hz;    /* 0: the configured rate; else 1..RP_CPU_SAMPLE_HZ_MAX */
 	char name[RP_NAME_LEN];
 	char run[RP_NAME_LEN];
 	char reason[256];

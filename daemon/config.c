@@ -263,20 +263,6 @@ static int set_default_run(struct rp_config *c, struct rp_ring_config *r, const 
 	return set_string(c->default_run, sizeof(c->default_run), v, false, err);
 }
 
-static int uint_in(const char *value, unsigned min, unsigned max, unsigned *out,
-		   struct rp_err *err)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(value, &end, 10);
-	if (!*value || *end || errno || value[0] == '-')
-		return rp_err_set(err, -EINVAL, "'%s' is not a whole number", value);
-	if (v < min || v > max)
-		return rp_err_set(err, -ERANGE, "'%s' is outside %u..%u", value, min, max);
-	*out = (unsigned)v;
-	return 0;
-}
-
 static const char *const sampler_modes[] = {
 	[RP_SAMPLER_AUTO] = "auto", [RP_SAMPLER_ON] = "true", [RP_SAMPLER_OFF] = "false",
 };
@@ -297,14 +283,14 @@ static int set_sampler_frequency(struct rp_config *c, struct rp_ring_config *r, 
 				 struct rp_err *err)
 {
 	(void)r;
-	return uint_in(v, 1, 10000, &c->sampler_hz, err);
+	return rp_parse_uint(v, 1, RP_CPU_SAMPLE_HZ_MAX, &c->sampler_hz, err);
 }
 
 static int set_sampler_depth(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			     struct rp_err *err)
 {
 	(void)r;
-	return uint_in(v, 1, 127, &c->sampler_depth, err);
+	return rp_parse_uint(v, 1, 127, &c->sampler_depth, err);
 }
 
 static int set_host_metrics_enabled(struct rp_config *c, struct rp_ring_config *r,
@@ -331,6 +317,45 @@ static int set_sampler_cgroup(struct rp_config *c, struct rp_ring_config *r, con
 	return set_string(c->sampler_cgroup, sizeof(c->sampler_cgroup), v, true, err);
 }
 
+/* "123, 456": processes (tgids) to sample, each listed once; empty: all. */
+static int set_sampler_pids(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			    struct rp_err *err)
+{
+	(void)r;
+	uint32_t pids[RP_CONFIG_MAX_PIDS];
+	unsigned n = 0;
+	char list[256]; /* holds any line the loader takes */
+	if ((size_t)snprintf(list, sizeof(list), "%s", v) >= sizeof(list))
+		return rp_err_set(err, -EINVAL, "the list is too long: filter on a cgroup instead "
+				  "([sampler] cgroup)");
+	for (char *item = list, *next; *list && item; item = next) {
+		if ((next = strchr(item, ',')))
+			*next++ = 0;
+		item += strspn(item, " \t");
+		size_t len = strlen(item);
+		while (len && (item[len - 1] == ' ' || item[len - 1] == '\t'))
+			item[--len] = 0;
+		unsigned pid;
+		int rc;
+		if (!len)
+			return rp_err_set(err, -EINVAL, "'%s' has an empty item: give process ids "
+					  "separated by commas, such as 1234,5678", v);
+		if (n == RP_CONFIG_MAX_PIDS)
+			return rp_err_set(err, -E2BIG, "more than %d pids: filter on a cgroup instead "
+					  "([sampler] cgroup)", RP_CONFIG_MAX_PIDS);
+		if ((rc = rp_parse_uint(item, 1, RP_PID_MAX, &pid, err)))
+			return rc;
+		for (unsigned i = 0; i < n; i++)
+			if (pids[i] == pid)
+				return rp_err_set(err, -EINVAL, "pid %u is listed twice", pid);
+		pids[n++] = pid;
+	}
+	memset(c->sampler_pids, 0, sizeof(c->sampler_pids));
+	memcpy(c->sampler_pids, pids, n * sizeof(pids[0]));
+	c->sampler_npids = n;
+	return 0;
+}
+
 #define MAX_DURATION_LIMIT (7 * 24 * 3600 * SEC)
 
 static int set_default_last(struct rp_config *c, struct rp_ring_config *r, const char *v,
@@ -351,7 +376,7 @@ static int set_sessions_max_count(struct rp_config *c, struct rp_ring_config *r,
 				  struct rp_err *err)
 {
 	(void)r;
-	return uint_in(v, 0, 100000000, &c->sessions_max_count, err);
+	return rp_parse_uint(v, 0, 100000000, &c->sessions_max_count, err);
 }
 
 static int set_alert_before(struct rp_config *c, struct rp_ring_config *r, const char *v,
@@ -379,7 +404,7 @@ static int set_alert_max_per_hour(struct rp_config *c, struct rp_ring_config *r,
 				  struct rp_err *err)
 {
 	(void)r;
-	return uint_in(v, 1, 3600, &c->alerts.max_per_hour, err);
+	return rp_parse_uint(v, 1, 3600, &c->alerts.max_per_hour, err);
 }
 
 /* A Prometheus label name: [A-Za-z_][A-Za-z0-9_]*. */
@@ -457,7 +482,7 @@ static int set_rule_factor(struct rp_rule_config *r, const char *v, struct rp_er
 
 static int set_rule_window(struct rp_rule_config *r, const char *v, struct rp_err *err)
 {
-	return uint_in(v, 1, 1000, &r->window, err);
+	return rp_parse_uint(v, 1, 1000, &r->window, err);
 }
 
 static int set_rule_threshold(struct rp_rule_config *r, const char *v, struct rp_err *err)
@@ -490,7 +515,7 @@ static int set_rule_cooldown(struct rp_rule_config *r, const char *v, struct rp_
 
 static int set_rule_max_per_hour(struct rp_rule_config *r, const char *v, struct rp_err *err)
 {
-	return uint_in(v, 1, 3600, &r->trigger.max_per_hour, err);
+	return rp_parse_uint(v, 1, 3600, &r->trigger.max_per_hour, err);
 }
 
 static const struct rule_key {
@@ -527,7 +552,8 @@ static const struct section_def {
 	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"producers", KEYS({"ring_size", set_ring_size})},
 	{"sampler", KEYS({"enabled", set_sampler_enabled}, {"frequency", set_sampler_frequency},
-			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup})},
+			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup},
+			 {"pids", set_sampler_pids})},
 	{"host_metrics", KEYS({"enabled", set_host_metrics_enabled},
 			      {"interval", set_host_metrics_interval})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
@@ -942,6 +968,10 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\n",
 		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth);
 	print_string(out, "cgroup", c->sampler_cgroup);
+	fprintf(out, "pids =");
+	for (unsigned i = 0; i < c->sampler_npids; i++)
+		fprintf(out, "%s%u", i ? "," : " ", c->sampler_pids[i]);
+	fputc('\n', out);
 	fprintf(out, "\n[host_metrics]\nenabled = %s\n", c->host_metrics_enabled ? "true" : "false");
 	print_duration(out, "interval", c->host_metrics_interval_ns);
 	fprintf(out, "\n[sessions]\n");

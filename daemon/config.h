@@ -14,6 +14,11 @@
 
 #define RP_CONFIG_MAX_RINGS 32
 #define RP_CONFIG_MAX_RULES 32
+/* Samples per second per CPU: [sampler] frequency, a session's cpu_sample_hz. */
+#define RP_CPU_SAMPLE_HZ_MAX 10000
+/* [sampler] pids: how many, each 1..RP_PID_MAX (the kernel's PID_MAX_LIMIT). */
+#define RP_CONFIG_MAX_PIDS 32
+#define RP_PID_MAX 4194304
 
 /* Snapshots a trigger (an alert, a rule) takes: the window around the
  * trigger's moment, and how often. */
@@ -72,9 +77,11 @@ struct rp_config {
 		RP_SAMPLER_ON,       /* failing to start it is fatal */
 		RP_SAMPLER_OFF,
 	} sampler_mode;
-	unsigned sampler_hz;         /* per CPU, 1..10000 */
+	unsigned sampler_hz;         /* per CPU, 1..RP_CPU_SAMPLE_HZ_MAX */
 	unsigned sampler_depth;      /* frames per stack, 1..127 */
 	char sampler_cgroup[PATH_MAX]; /* "" = every task */
+	uint32_t sampler_pids[RP_CONFIG_MAX_PIDS]; /* only these processes; none: every one */
+	unsigned sampler_npids;
 	/* [host_metrics]: CPU utilisation and memory of the host, as counters */
 	bool host_metrics_enabled;
 	uint64_t host_metrics_interval_ns; /* 10 ms..1 h */

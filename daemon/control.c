@@ -42,6 +42,7 @@ struct open_session {
 	enum rp_session_kind kind;
 	uint64_t due_ns;        /* captures: when to stop; 0 otherwise */
 	unsigned rings_added;   /* devices 0..rings_added-1 are in the session */
+	unsigned cpu_sample_hz; /* the CPU sampling rate it asked for; 0: none */
 };
 
 struct rp_control {
@@ -105,6 +106,17 @@ static int add_new_rings(struct rp_control *c, struct open_session *o, struct rp
 	return 0;
 }
 
+/* The CPU sampler runs at the highest rate an open session asked for (or
+ * hz, that of a session about to open), and at least at [sampler]
+ * frequency.  Called with c->lock held. */
+static int set_sampler_hz(struct rp_control *c, unsigned hz, struct rp_err *err)
+{
+	for (struct open_session *o = c->open; o; o = o->next)
+		if (o->cpu_sample_hz > hz)
+			hz = o->cpu_sample_hz;
+	return rp_rings_set_sampler_hz(c->rings, hz, err);
+}
+
 static void unlink_open(struct rp_control *c, struct open_session *o)
 {
 	for (struct open_session **p = &c->open; *p; p = &(*p)->next)
@@ -129,6 +141,11 @@ static int finish_session(struct rp_control *c, struct open_session *o, uint64_t
 	if (out)
 		*out = rp_session_to_json(o->s);
 	unlink_open(c, o);
+	/* Its rate ends with it; the session's chunks are sealed already. */
+	struct rp_err hz_err = { 0 };
+	if (o->cpu_sample_hz && set_sampler_hz(c, 0, &hz_err) < 0)
+		fprintf(stderr, "ringprofd: session %s ended, but the CPU sampler keeps its rate: %s\n",
+			rp_session_name(o->s), hz_err.msg);
 	rp_session_free(o->s);
 	free(o);
 	c->retention_due = true;
@@ -514,12 +531,26 @@ static int op_session_start(void *ctx, const struct rp_session_req *req, json_t 
 	struct rp_control *c = ctx;
 	struct rp_session_opts o = { .kind = req->duration_ns ? RP_SESSION_CAPTURE : RP_SESSION_MANUAL };
 	fill_opts(c, &o, req->name, req->run, req->source, req->reason);
-	o.start_ns = rp_clock_now_ns();
-	o.end_ns = req->duration_ns ? o.start_ns + req->duration_ns : UINT64_MAX;
+	/* The session's record of the rate it asked for. */
+	if (req->cpu_sample_hz &&
+	    !(o.trigger_extra = json_pack("{s:I}", "cpu_sample_hz", (json_int_t)req->cpu_sample_hz)))
+		return rp_err_set(err, -ENOMEM, "out of memory starting a session");
 	pthread_mutex_lock(&c->lock);
 	struct open_session *os;
-	int rc = open_session(c, &o, &os, err);
+	/* The rate first: the session records from when it runs. */
+	int rc = 0;
+	if (req->cpu_sample_hz && (rc = set_sampler_hz(c, req->cpu_sample_hz, err)) < 0)
+		rp_err_prefix(err, "cannot sample CPUs at %u Hz for the session", req->cpu_sample_hz);
 	if (rc == 0) {
+		o.start_ns = rp_clock_now_ns();
+		o.end_ns = req->duration_ns ? o.start_ns + req->duration_ns : UINT64_MAX;
+		rc = open_session(c, &o, &os, err);
+	}
+	/* A session that did not open gives its rate back. */
+	if (rc < 0 && req->cpu_sample_hz)
+		set_sampler_hz(c, 0, NULL);
+	if (rc == 0) {
+		os->cpu_sample_hz = req->cpu_sample_hz;
 		os->due_ns = req->duration_ns ? o.end_ns : 0;
 		os->next = c->open;
 		c->open = os;
@@ -527,6 +558,7 @@ static int op_session_start(void *ctx, const struct rp_session_req *req, json_t 
 		pthread_cond_signal(&c->wake);
 	}
 	pthread_mutex_unlock(&c->lock);
+	json_decref(o.trigger_extra);
 	return rc;
 }
 

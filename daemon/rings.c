@@ -17,6 +17,9 @@
 #ifdef RINGPROF_HAVE_SAMPLER
 #include "procinfo.h"
 #include "sampler.h"
+
+_Static_assert(RP_CPU_SAMPLE_HZ_MAX == RP_SAMPLER_HZ_MAX,
+	       "the rates the configuration and the API take must be the sampler's");
 #endif
 
 #define REAP_INTERVAL_NS 1000000000ull
@@ -57,10 +60,15 @@ struct rp_rings {
 	pthread_t thread;
 	pthread_mutex_t lock;            /* guards everything below */
 	pthread_cond_t wake;             /* to the ingest thread */
-	pthread_cond_t flushed;          /* from the ingest thread */
+	pthread_cond_t served;           /* from it: a flush or a rate change done */
 	struct pending *pending;
 	uint64_t flush_requested, flush_done;
 	int flush_status;
+	/* The sampling rate asked for (rp_rings_set_sampler_hz) and how the
+	 * last request went. */
+	unsigned sampler_hz_wanted;
+	uint64_t hz_requested, hz_done;
+	struct rp_err hz_err;
 	bool stop;
 	rp_drain_observer observer;      /* handed to every drain by the ingest thread */
 	void *observer_ctx;
@@ -262,8 +270,10 @@ static void reap_processes(struct rp_rings *r)
 }
 
 /* CPU samples go to the host ring (device 0); samples the BPF ring buffer
- * lost become a drops event, so snapshots count them too. */
-static void poll_sampler(struct rp_rings *r)
+ * lost become a drops event, so snapshots count them too.  want_hz (0:
+ * none): the rate to sample at from now on; a failure to set it goes to
+ * hz_err. */
+static void poll_sampler(struct rp_rings *r, unsigned want_hz, struct rp_err *hz_err)
 {
 #ifdef RINGPROF_HAVE_SAMPLER
 	if (!r->sampler)
@@ -271,8 +281,16 @@ static void poll_sampler(struct rp_rings *r)
 	struct rp_drain *host = r->devices[0]->drain;
 	r->sample_ctx->host = host;
 	rp_sampler_poll(r->sampler, add_sample, r->sample_ctx);
+	/* The samples of the old rate are in: the counter's time below
+	 * divides them from those of the new one. */
+	uint64_t now = rp_clock_now_ns();
 	struct rp_sampler_stats st;
 	rp_sampler_stats(r->sampler, &st);
+	if (want_hz && want_hz != st.frequency_hz &&
+	    rp_sampler_set_frequency(r->sampler, want_hz, hz_err) == 0) {
+		fprintf(stderr, "ringprofd: CPU sampler: %u Hz (was %u)\n", want_hz, st.frequency_hz);
+		st.frequency_hz = want_hz;
+	}
 	if (st.lost > r->sampler_lost_seen) {
 		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = rp_clock_now_ns(),
 				       .u.drops.count = st.lost - r->sampler_lost_seen };
@@ -281,7 +299,7 @@ static void poll_sampler(struct rp_rings *r)
 	}
 	if (st.frequency_hz != r->sampler_hz_recorded) {
 		/* Repeated in every chunk: what CPU time a sample stands for. */
-		struct rp_event hz = { .kind = RP_EV_COUNTER, .ts = rp_clock_now_ns(),
+		struct rp_event hz = { .kind = RP_EV_COUNTER, .ts = now,
 				       .name = "cpu_sampler_hz", .u.counter.value = st.frequency_hz };
 		if (rp_drain_add_sticky(host, &hz, NULL) == 0)
 			r->sampler_hz_recorded = st.frequency_hz;
@@ -293,6 +311,8 @@ static void poll_sampler(struct rp_rings *r)
 	pthread_mutex_unlock(&r->lock);
 #else
 	(void)r;
+	(void)want_hz;
+	(void)hz_err;
 #endif
 }
 
@@ -314,6 +334,8 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 		.frequency_hz = r->cfg->sampler_hz,
 		.max_depth = r->cfg->sampler_depth,
 		.cgroup_path = r->cfg->sampler_cgroup[0] ? r->cfg->sampler_cgroup : NULL,
+		.pids = r->cfg->sampler_pids,
+		.npids = r->cfg->sampler_npids,
 	};
 	r->sample_ctx = calloc(1, sizeof(*r->sample_ctx));
 	rc = r->sample_ctx ? rp_procinfo_new("/proc", &r->sample_ctx->procinfo, &serr)
@@ -358,6 +380,8 @@ static void *ingest_main(void *arg)
 		r->pending = NULL;
 		/* Only requests not served yet: the counters only grow. */
 		uint64_t flush_wanted = r->flush_requested > r->flush_done ? r->flush_requested : 0;
+		uint64_t hz_request = r->hz_requested > r->hz_done ? r->hz_requested : 0;
+		unsigned want_hz = hz_request ? r->sampler_hz_wanted : 0;
 		rp_drain_observer observer = r->observer;
 		void *observer_ctx = r->observer_ctx;
 		pthread_mutex_unlock(&r->lock);
@@ -374,7 +398,8 @@ static void *ingest_main(void *arg)
 		/* Drains are this thread's alone, so the observer is set here. */
 		for (unsigned i = 0; i < n; i++)
 			rp_drain_set_observer(r->devices[i]->drain, observer, observer_ctx);
-		poll_sampler(r);
+		struct rp_err hz_err = { 0 };
+		poll_sampler(r, want_hz, &hz_err);
 		poll_host_metrics(r);
 		for (unsigned i = 0; i < n; i++) {
 			struct device *d = r->devices[i];
@@ -405,9 +430,15 @@ static void *ingest_main(void *arg)
 		if (flush_wanted > r->flush_done) {
 			r->flush_done = flush_wanted;
 			r->flush_status = flush_status;
-			pthread_cond_broadcast(&r->flushed);
+			pthread_cond_broadcast(&r->served);
 		}
-		if (!r->stop && !r->pending && r->flush_requested == r->flush_done) {
+		if (hz_request > r->hz_done) {
+			r->hz_done = hz_request;
+			r->hz_err = hz_err;
+			pthread_cond_broadcast(&r->served);
+		}
+		if (!r->stop && !r->pending && r->flush_requested == r->flush_done &&
+		    r->hz_requested == r->hz_done) {
 			rp_cond_wait_ns(&r->wake, &r->lock, r->cfg->poll_interval_ns);
 		}
 	}
@@ -473,7 +504,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	pthread_mutex_init(&r->devices_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	rp_cond_init_monotonic(&r->wake);
-	pthread_cond_init(&r->flushed, NULL);
+	pthread_cond_init(&r->served, NULL);
 	struct device *host;
 	int rc = make_dirs(cfg->state_dir, err);
 	if (rc == 0)
@@ -599,13 +630,41 @@ int rp_rings_flush(struct rp_rings *r, struct rp_err *err)
 	uint64_t mine = ++r->flush_requested;
 	pthread_cond_signal(&r->wake);
 	while (r->flush_done < mine)
-		pthread_cond_wait(&r->flushed, &r->lock);
+		pthread_cond_wait(&r->served, &r->lock);
 	int rc = r->flush_status;
 	pthread_mutex_unlock(&r->lock);
 	if (rc < 0)
 		return rp_err_set(err, rc, "sealing the rings failed: %s (see the daemon log)",
 				  strerror(-rc));
 	return 0;
+}
+
+int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err)
+{
+#ifdef RINGPROF_HAVE_SAMPLER
+	if (!r->sampler) /* set before the ingest thread started; never changes */
+		return 0;
+	pthread_mutex_lock(&r->lock);
+	if (r->stop) {
+		pthread_mutex_unlock(&r->lock);
+		return rp_err_set(err, -ESHUTDOWN, "ringprofd is shutting down");
+	}
+	r->sampler_hz_wanted = hz > r->cfg->sampler_hz ? hz : r->cfg->sampler_hz;
+	uint64_t mine = ++r->hz_requested;
+	pthread_cond_signal(&r->wake);
+	while (r->hz_done < mine)
+		pthread_cond_wait(&r->served, &r->lock);
+	struct rp_err result = r->hz_err;
+	pthread_mutex_unlock(&r->lock);
+	if (result.code < 0 && err)
+		*err = result;
+	return result.code < 0 ? result.code : 0;
+#else
+	(void)r;
+	(void)hz;
+	(void)err;
+	return 0;
+#endif
 }
 
 unsigned rp_rings_count(struct rp_rings *r)

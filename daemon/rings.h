@@ -62,6 +62,13 @@ void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx);
  * written, so that a window read includes it. */
 int rp_rings_flush(struct rp_rings *r, struct rp_err *err);
 
+/* Sample at hz per CPU, or at [sampler] frequency when that is higher
+ * (hz 0: at [sampler] frequency), from the ingest thread's next pass on;
+ * waits for it.  When the sampler cannot be re-armed at that rate it keeps
+ * the one it had and this returns why.  Without a running sampler it
+ * does nothing. */
+int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err);
+
 unsigned rp_rings_count(struct rp_rings *r);
 /* Stats of device i (0 .. count-1); -ENOENT past the end. */
 int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info);

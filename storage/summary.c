@@ -62,7 +62,14 @@ struct proc_stat {
 	bool used;
 	uint32_t pid;
 	uint64_t samples;
+	double cpu_s;       /* each sample is 1/rate of a second */
 	char *name, *cmdline;
+};
+
+/* The sampling rate from ts on: a cpu_sampler_hz counter. */
+struct rate_point {
+	uint64_t ts;
+	double hz;
 };
 
 struct tally {
@@ -77,8 +84,10 @@ struct tally {
 	size_t funcs_mask, nfuncs;
 	struct proc_stat *procs; /* open addressing by pid, pid 0 included */
 	size_t procs_mask, nprocs;
-	double sampler_hz;       /* 0: unknown */
-	uint64_t sampler_hz_ts;
+	/* Sampling rates over time, sorted by ts once the metadata is read;
+	 * none: CPU time is unknown. */
+	struct rate_point *rates;
+	size_t nrates, rates_cap;
 };
 
 static unsigned bucket_of(uint64_t ns)
@@ -233,12 +242,35 @@ static void set_string(char **dst, const char *s)
  * function on the stack once as total time.  Frames other than the
  * leaf of the kernel and of the user stack are return addresses: looked
  * up one byte earlier, inside the call. */
+static int by_ts(const void *a, const void *b)
+{
+	const struct rate_point *x = a, *y = b;
+	return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
+/* The rate at ts: of the last point at or before it, else the first. */
+static double rate_at(const struct tally *t, uint64_t ts)
+{
+	size_t lo = 0, hi = t->nrates; /* points [0, lo) are at or before ts */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (t->rates[mid].ts <= ts)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return t->rates[lo ? lo - 1 : 0].hz;
+}
+
 static void count_sample(struct tally *t, const struct rp_event *ev)
 {
 	t->samples++;
 	struct proc_stat *p = find_proc(t, ev->pid);
-	if (p)
+	if (p) {
 		p->samples++;
+		if (t->nrates)
+			p->cpu_s += 1.0 / rate_at(t, ev->ts);
+	}
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
 		bool kernel = i < ev->u.sample.nkernel, leaf = i == 0 || i == ev->u.sample.nkernel;
 		struct rp_symbol sym;
@@ -274,9 +306,20 @@ static void note_metadata(struct tally *t, const struct rp_event *ev)
 			set_string(ev->kind == RP_EV_PROCESS_NAME ? &p->name : &p->cmdline, ev->name);
 		break;
 	case RP_EV_COUNTER:
-		if (ev->name && strcmp(ev->name, "cpu_sampler_hz") == 0 && ev->ts >= t->sampler_hz_ts) {
-			t->sampler_hz = ev->u.counter.value;
-			t->sampler_hz_ts = ev->ts;
+		if (ev->name && strcmp(ev->name, "cpu_sampler_hz") == 0 && ev->u.counter.value > 0) {
+			/* Every chunk repeats the rate: keep its changes only. */
+			const struct rate_point *last = t->nrates ? &t->rates[t->nrates - 1] : NULL;
+			if (last && last->hz == ev->u.counter.value && last->ts <= ev->ts)
+				break;
+			if (t->nrates == t->rates_cap) {
+				size_t cap = t->rates_cap ? 2 * t->rates_cap : 64;
+				struct rate_point *grown = realloc(t->rates, cap * sizeof(*grown));
+				if (!grown)
+					break; /* the rates read so far still serve */
+				t->rates = grown;
+				t->rates_cap = cap;
+			}
+			t->rates[t->nrates++] = (struct rate_point){ ev->ts, ev->u.counter.value };
 		}
 		break;
 	default:
@@ -485,6 +528,17 @@ static void print_functions(FILE *out, struct tally *t)
 	}
 }
 
+/* s, cut to cap - 1 bytes, with control characters (a newline in a
+ * command line) as '?', so that each process keeps to its line. */
+static const char *one_line(const char *s, char *buf, size_t cap)
+{
+	size_t i = 0;
+	for (; s && s[i] && i + 1 < cap; i++)
+		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	buf[i] = 0;
+	return buf;
+}
+
 static void print_processes(FILE *out, struct tally *t)
 {
 	size_t n = pack(t->procs, t->procs_mask, sizeof(*t->procs), proc_used);
@@ -496,12 +550,13 @@ static void print_processes(FILE *out, struct tally *t)
 	for (size_t i = 0; i < n && i < TOP_PROCS && t->procs[i].samples; i++) {
 		const struct proc_stat *p = &t->procs[i];
 		char ms[32] = "-"; /* without the sampling rate, CPU time is unknown */
-		if (t->sampler_hz > 0)
-			snprintf(ms, sizeof(ms), "%.1f", 1000.0 * (double)p->samples / t->sampler_hz);
-		fprintf(out, "%-16.16s %8u %8llu %10s %6.2f%%  %.80s\n",
-			p->name ? p->name : "?", p->pid,
+		if (t->nrates)
+			snprintf(ms, sizeof(ms), "%.1f", 1000.0 * p->cpu_s);
+		char name[17], cmdline[81];
+		fprintf(out, "%-16s %8u %8llu %10s %6.2f%%  %s\n",
+			p->name ? one_line(p->name, name, sizeof(name)) : "?", p->pid,
 			(unsigned long long)p->samples, ms, 100.0 * (double)p->samples / (double)t->samples,
-			p->cmdline ? p->cmdline : "");
+			one_line(p->cmdline, cmdline, sizeof(cmdline)));
 	}
 }
 
@@ -619,6 +674,7 @@ static void free_tally(struct tally *t)
 		free(t->procs[i].cmdline);
 	}
 	free(t->procs);
+	free(t->rates);
 	rp_symbolizer_free(t->sym);
 }
 
@@ -644,6 +700,8 @@ static int summarise_host(const char *session_dir, json_t *m, FILE *out, struct 
 					     pass ? &corrupt : &corrupt_again, err)) < 0)
 				break;
 		}
+		if (pass == 0)
+			qsort(t.rates, t.nrates, sizeof(*t.rates), by_ts);
 	}
 	if (rc == 0)
 		print_report(out, m, &t, corrupt);

@@ -2,8 +2,9 @@
  * and drops per device, annotation ranges per name (count, mean, p50,
  * p99, max: step times at a glance), counters and instants, the top
  * functions of the CPU samples (self and total, symbolized here: see
- * symbolize.h) and CPU time per process (samples / cpu_sampler_hz); for a
- * session several hosts wrote, each host's part in turn.
+ * symbolize.h) and CPU time per process (each sample stands for
+ * 1 / cpu_sampler_hz of a second, the rate in force when it was taken);
+ * for a session several hosts wrote, each host's part in turn.
  *
  * Reads the session's manifest and chunk files as a stream, twice (the
  * processes' metadata first): memory depends on the number of distinct

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -269,6 +270,22 @@ int rp_parse_size(const char *text, uint64_t *bytes, struct rp_err *err)
 	if (rc)
 		return rp_err_set(err, -ERANGE, "'%s' is too large: sizes are limited to 16 EiB",
 				  Q(text));
+	return 0;
+}
+
+int rp_parse_uint(const char *text, unsigned min, unsigned max, unsigned *out,
+		  struct rp_err *err)
+{
+	const char *p = text;
+	unsigned long long v = 0;
+	while (is_digit(*p) && v <= UINT_MAX)
+		v = v * 10 + (unsigned)(*p++ - '0');
+	if (p == text || (*p && !is_digit(*p)))
+		return rp_err_set(err, -EINVAL, "'%s' is not a whole number: give digits only, "
+				  "from %u to %u", Q(text), min, max);
+	if (*p || v < min || v > max)
+		return rp_err_set(err, -ERANGE, "'%s' is outside %u..%u", Q(text), min, max);
+	*out = (unsigned)v;
 	return 0;
 }
 

@@ -17,6 +17,9 @@ int rp_parse_size(const char *text, uint64_t *bytes, struct rp_err *err);
 /* RFC 3339 ("2026-11-22T14:03:07Z", fractional seconds and +hh:mm
  * offsets allowed) or Unix ns as a decimal integer -> wall-clock ns. */
 int rp_parse_time(const char *text, int64_t *wall_ns, struct rp_err *err);
+/* A whole number in min..max, decimal, no sign: "99", "10000". */
+int rp_parse_uint(const char *text, unsigned min, unsigned max, unsigned *out,
+		  struct rp_err *err);
 /* "30s", "1.5s", "250ms", "2m30s"-style rendering for humans. */
 void rp_format_duration(uint64_t ns, char *out, size_t len);
 /* Bytes for humans: "512 B", "1.0 KiB", "4.2 GiB" (one decimal). */

@@ -54,6 +54,8 @@ expect_out "7.8%" status
 expect_out "41s" status
 expect_out "512.0 KiB of 256.0 MiB" status
 expect_out "open sessions: none" status
+expect_out "collectors:" status
+expect_out "  cpu_sampler: disabled: loading the CPU sampler needs CAP_BPF and CAP_PERFMON (or root): run ringprofd as root" status
 run --json status
 expect_rc 0 "--json status"
 is_json rings
@@ -126,6 +128,15 @@ expect_err "--duration" "capture without duration"
 run capture --duration 0s
 expect_rc 2 "capture 0s"
 expect_err "zero" "capture 0s"
+run start --cpu-sample-hz 0
+expect_rc 2 "--cpu-sample-hz 0"
+expect_err "--cpu-sample-hz: '0' is outside 1..10000" "--cpu-sample-hz 0"
+run capture --duration 1s --cpu-sample-hz 99x
+expect_rc 2 "--cpu-sample-hz 99x"
+expect_err "'99x' is not a whole number" "--cpu-sample-hz 99x"
+run snapshot --cpu-sample-hz 999
+expect_rc 2 "--cpu-sample-hz on snapshot"
+expect_err "unknown option '--cpu-sample-hz'" "--cpu-sample-hz on snapshot"
 
 # help and version
 run --help
@@ -162,6 +173,12 @@ expect_out "ringprof 0.1.0" "--version"
 run start --name open1 --run exp
 expect_rc 0 start
 [[ $out == open1 ]] || fail "start: prints '$out', expected the id alone"
+run --json start --name hz1 --cpu-sample-hz 999
+expect_rc 0 "start --cpu-sample-hz"
+python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["trigger"]["cpu_sample_hz"] != 999)' <<<"$out" ||
+  fail "start --cpu-sample-hz 999: the daemon was not asked for 999 Hz"
+run stop hz1
+expect_rc 0 "stop hz1"
 run status
 expect_out "open sessions: open1" "status with a session"
 run sessions
@@ -202,8 +219,10 @@ expect_rc 0 capture
 expect_out "cap1 (capture, complete)" capture
 grep -qE '^requested +400ms ' <<<"$out" || fail "capture: requested 400ms"
 ((elapsed_ms >= 400)) || fail "capture returned after ${elapsed_ms}ms, before the 400ms were over"
-run --json capture --duration 100ms
+run --json capture --duration 100ms --cpu-sample-hz 499
 expect_rc 0 "--json capture"
+python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["trigger"]["cpu_sample_hz"] != 499)' <<<"$out" ||
+  fail "capture --cpu-sample-hz 499: the daemon was not asked for 499 Hz"
 python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["state"] != "complete")' <<<"$out" ||
   fail "--json capture: not complete"
 

@@ -28,12 +28,14 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 
 class Daemon:
-    def __init__(self, tmp, config=None, extra_args=()):
+    """prefix: a command that runs ringprofd (e.g. setpriv as another user)."""
+
+    def __init__(self, tmp, config=None, extra_args=(), prefix=()):
         self.tmp = str(tmp)
         self.socket = os.path.join(self.tmp, "ctl.sock")
         self.state_dir = os.path.join(self.tmp, "state")
         self.logdir = os.path.join(self.tmp, "logs")
-        self.args = [RINGPROFD, "--foreground", "--socket", self.socket,
+        self.args = [*prefix, RINGPROFD, "--foreground", "--socket", self.socket,
                      "--state-dir", self.state_dir, "--logdir", self.logdir, *extra_args]
         if config is not None:
             path = os.path.join(self.tmp, "ringprofd.conf")

@@ -46,6 +46,10 @@ def daemon(tmp_path_factory):
 
 def summary(d, last, name):
     d.cli("snapshot", "--last", last, "--name", name, check=True)
+    return read_summary(d, name)
+
+
+def read_summary(d, name):
     out = d.cli("summary", name, check=True).stdout
     functions, processes, counters = {}, {}, {}
     section = None
@@ -134,3 +138,106 @@ def test_jit_code_named_through_perf_map(daemon):
     assert functions[name]["module"] == "[jit]", out
     # The generated loop is where jit-burn spends its time.
     assert functions[name]["self"] >= 0.5 * 100 * processes[pid]["samples"] / samples, out
+
+
+def test_command_line_with_newlines_keeps_to_its_row(daemon):
+    busy = subprocess.Popen(["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    busy.communicate(timeout=60)
+    out, _, _, processes, _ = summary(daemon, "3s", "newlines")
+    assert processes[busy.pid]["cmdline"].startswith(
+        "python3 -c import time?t = time.time()?while"), out
+
+
+# The configured rate, as by default; sessions may raise it.
+RATE_CONFIG = """
+[daemon]
+seal_interval = 100ms
+[sampler]
+enabled = true
+"""
+
+
+def sampler_hz(d):
+    status = d.ok("GET", "/v1/status")
+    return next(c for c in status["collectors"] if c["name"] == "cpu_sampler")["frequency_hz"]
+
+
+def test_session_raises_the_sampling_rate_while_open(tmp_path):
+    d = Daemon(tmp_path, config=RATE_CONFIG).start()
+    try:
+        assert sampler_hz(d) == 99
+        fast = d.ok("POST", "/v1/sessions", {"name": "fast", "cpu_sample_hz": 999})
+        assert fast["trigger"]["cpu_sample_hz"] == 999, fast
+        assert sampler_hz(d) == 999  # in force once the session is open
+        d.ok("POST", "/v1/sessions", {"name": "medium", "cpu_sample_hz": 499})
+        assert sampler_hz(d) == 999
+        d.ok("POST", "/v1/sessions", {"name": "plain"})
+        assert sampler_hz(d) == 999
+        d.ok("POST", "/v1/sessions/fast/stop")
+        assert sampler_hz(d) == 499
+        d.ok("POST", "/v1/sessions/medium/stop")
+        assert sampler_hz(d) == 99
+        d.ok("POST", "/v1/sessions/plain/stop")
+        assert sampler_hz(d) == 99
+        # Below the configured rate: the configured one stays.
+        d.ok("POST", "/v1/sessions", {"name": "slow", "cpu_sample_hz": 10})
+        assert sampler_hz(d) == 99
+        d.ok("POST", "/v1/sessions/slow/stop")
+        status, body = d.request("POST", "/v1/sessions", {"cpu_sample_hz": 10001})
+        assert status == 400 and "'cpu_sample_hz': 10001 is out of range" in body["error"]["message"], body
+        assert sampler_hz(d) == 99
+        # A capture gives its rate back when the daemon ends it.
+        d.ok("POST", "/v1/sessions", {"name": "cap", "duration": "300ms", "cpu_sample_hz": 299})
+        assert sampler_hz(d) == 299
+        deadline = time.monotonic() + 10
+        while sampler_hz(d) != 99 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sampler_hz(d) == 99
+        assert d.ok("GET", "/v1/sessions/cap")["state"] == "complete"
+    finally:
+        d.stop()
+
+
+def test_raised_rate_takes_more_samples_and_cpu_time_stays_right(tmp_path):
+    d = Daemon(tmp_path, config=RATE_CONFIG).start()
+    burn = subprocess.Popen([CPU_BURN, "6"], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        d.cli("capture", "--duration", "2s", "--cpu-sample-hz", "999", "--name", "at999", check=True)
+        d.cli("capture", "--duration", "2s", "--name", "at99", check=True)
+        burn.communicate(timeout=60)
+        # Both rates in one window: each sample counts at its own rate.
+        _, _, _, both, _ = summary(d, "8s", "both")
+        _, _, _, fast, _ = read_summary(d, "at999")
+        _, _, _, slow, _ = read_summary(d, "at99")
+    finally:
+        if burn.poll() is None:
+            burn.kill()
+        d.stop()
+    assert burn.returncode == 0
+    # One busy thread for 2 s: ~2000 samples at 999 Hz, ~200 at 99 Hz.
+    ratio = fast[burn.pid]["samples"] / slow[burn.pid]["samples"]
+    assert 6 <= ratio <= 14, (fast[burn.pid], slow[burn.pid])
+    for p in (fast[burn.pid], slow[burn.pid]):
+        assert 1300 <= float(p["cpu_ms"]) <= 2300, p
+    # 6 s of CPU, not the 999 Hz samples taken as 99 Hz ones (~25 s).
+    assert 4500 <= float(both[burn.pid]["cpu_ms"]) <= 7000, both[burn.pid]
+
+
+def test_pid_filter_samples_only_the_listed_processes(tmp_path):
+    burns = [subprocess.Popen([CPU_BURN, "5"], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    watched, other = burns
+    d = None
+    try:
+        d = Daemon(tmp_path, config=RATE_CONFIG + "pids = 4194304, %d\n" % watched.pid).start()
+        time.sleep(2.5)
+        out, samples, _, processes, _ = summary(d, "2s", "filtered")
+    finally:
+        for b in burns:
+            b.communicate(timeout=60)
+        if d:
+            d.stop()
+    # Each burn keeps a CPU busy: only the listed one is sampled, and fully.
+    assert set(processes) == {watched.pid}, out
+    assert processes[watched.pid]["samples"] == samples >= 150, out
+    assert other.pid not in processes

@@ -25,6 +25,7 @@ struct session {
 	bool open, keep;
 	int64_t start_ns, end_ns, covered_start_ns;
 	uint64_t duration_ns;  /* captures */
+	unsigned cpu_sample_hz;
 };
 
 struct fake {
@@ -55,6 +56,9 @@ static json_t *session_json(const struct session *s)
 			      "path", path, "host", "fakehost",
 			      "requested", window(s->start_ns, s->end_ns));
 	json_object_set_new(j, "keep", json_boolean(s->keep));
+	if (s->cpu_sample_hz)
+		json_object_set_new(j, "trigger", json_pack("{s:s,s:i}", "source", "cli", "cpu_sample_hz",
+							    (int)s->cpu_sample_hz));
 	if (!s->open) {
 		json_object_set_new(j, "covered", window(s->covered_start_ns, s->end_ns));
 		json_object_set_new(j, "devices",
@@ -115,6 +119,11 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 			 "device", "gpu0", "budget_bytes", (json_int_t)256 << 20, "bytes_used", (json_int_t)1 << 19,
 			 "fill", 0.002, "horizon_s", 1.5, "events", 12, "dropped", 7, "producers", 1,
 			 "open_sessions", open);
+	json_object_set_new(*out, "collectors",
+			    json_pack("[{s:s,s:s,s:s,s:i,s:i,s:i}]", "name", "cpu_sampler", "state",
+				      "disabled", "reason", "loading the CPU sampler needs CAP_BPF and "
+				      "CAP_PERFMON (or root): run ringprofd as root or grant them",
+				      "events", 0, "lost", 0, "frequency_hz", 0));
 	return 0;
 }
 
@@ -151,6 +160,7 @@ static int op_start(void *ctx, const struct rp_session_req *req, json_t **out, s
 	s = add(f, req->name, req->run, req->duration_ns ? "capture" : "session");
 	if (s) {
 		s->duration_ns = req->duration_ns;
+		s->cpu_sample_hz = req->cpu_sample_hz;
 		s->end_ns = s->start_ns + (int64_t)req->duration_ns;
 		*out = session_json(s);
 	}

@@ -367,6 +367,16 @@ static void test_durations(void **state)
 	expect_400(fx, "/v1/snapshot", "{\"last\": \"5s\", \"last_ns\": 5}", "'last_ns'", NULL);
 	expect_400(fx, "/v1/sessions", "{\"duration\": \"0ms\"}", "'duration'", "zero", NULL);
 	expect_400(fx, "/v1/sessions", "{\"duration\": \"90m\"}", "'duration'", "limit of 1h", NULL);
+	expect_400(fx, "/v1/sessions", "{\"cpu_sample_hz\": 0}", "'cpu_sample_hz'", "0 is out of range",
+		   "1 to 10000", NULL);
+	expect_400(fx, "/v1/sessions", "{\"cpu_sample_hz\": 10001}", "'cpu_sample_hz'",
+		   "10001 is out of range", NULL);
+	expect_400(fx, "/v1/sessions", "{\"cpu_sample_hz\": -99}", "'cpu_sample_hz'", "out of range",
+		   NULL);
+	expect_400(fx, "/v1/sessions", "{\"cpu_sample_hz\": \"999\"}", "'cpu_sample_hz'",
+		   "must be an integer", "not a string", NULL);
+	expect_400(fx, "/v1/sessions", "{\"cpu_sample_hz\": 99.5}", "'cpu_sample_hz'",
+		   "must be an integer", NULL);
 	assert_int_equal(fx->fake.calls, 0);
 }
 
@@ -498,6 +508,11 @@ static void test_sessions(void **state)
 			      &err), 0);
 	assert_int_equal(fx->fake.sess.duration_ns, 1500000000ull);
 	assert_string_equal(fx->fake.sess.reason, "r");
+	assert_int_equal(fx->fake.sess.cpu_sample_hz, 0);
+	assert_int_equal(call(fx, "POST", "/v1/sessions", "{\"cpu_sample_hz\": 999}", NULL, &err), 0);
+	assert_int_equal(fx->fake.sess.cpu_sample_hz, 999);
+	assert_int_equal(call(fx, "POST", "/v1/sessions", "{\"cpu_sample_hz\": 10000}", NULL, &err), 0);
+	assert_int_equal(fx->fake.sess.cpu_sample_hz, 10000);
 
 	assert_int_equal(call(fx, "GET", "/v1/sessions", NULL, &resp, &err), 0);
 	assert_true(json_is_array(json_object_get(resp, "sessions")));

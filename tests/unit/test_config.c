@@ -181,6 +181,31 @@ static void load_valid(void **state)
 	assert_memory_equal(&d, &e, sizeof(d));
 }
 
+static void sampler_pids(void **state)
+{
+	(void)state;
+	struct rp_config c;
+	struct rp_err err = {0};
+	assert_int_equal(load_text(&c, "[sampler]\npids = 4194304\n", &err), 0);
+	assert_int_equal(c.sampler_npids, 1);
+	assert_int_equal(c.sampler_pids[0], 4194304);
+	/* Spaces around the commas; the last value of the key wins. */
+	assert_int_equal(load_text(&c, "[sampler]\npids = 1\npids = 123 ,\t456,7\n", &err), 0);
+	assert_int_equal(c.sampler_npids, 3);
+	assert_int_equal(c.sampler_pids[0], 123);
+	assert_int_equal(c.sampler_pids[1], 456);
+	assert_int_equal(c.sampler_pids[2], 7);
+	assert_int_equal(load_text(&c, "[sampler]\npids = 5\npids =\n", &err), 0);
+	assert_int_equal(c.sampler_npids, 0);
+	char many[200] = "[sampler]\npids = 1";
+	for (int i = 2; i <= RP_CONFIG_MAX_PIDS; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), ",%d", i);
+	strcat(many, "\n");
+	assert_int_equal(load_text(&c, many, &err), 0);
+	assert_int_equal(c.sampler_npids, RP_CONFIG_MAX_PIDS);
+	assert_int_equal(c.sampler_pids[RP_CONFIG_MAX_PIDS - 1], RP_CONFIG_MAX_PIDS);
+}
+
 static void ring_fallback(void **state)
 {
 	(void)state;
@@ -295,6 +320,19 @@ static void load_errors(void **state)
 		 "[sampler] frequency: '0' is outside 1..10000"},
 		{"[sampler]\nmax_depth = 12x\n", -EINVAL, 2,
 		 "[sampler] max_depth: '12x' is not a whole number"},
+		{"[sampler]\npids = 0\n", -ERANGE, 2, "[sampler] pids: '0' is outside 1..4194304"},
+		{"[sampler]\npids = 12,4194305\n", -ERANGE, 2,
+		 "[sampler] pids: '4194305' is outside 1..4194304"},
+		{"[sampler]\npids = 12 34\n", -EINVAL, 2, "[sampler] pids: '12 34' is not a whole number"},
+		{"[sampler]\npids = 1,,2\n", -EINVAL, 2,
+		 "[sampler] pids: '1,,2' has an empty item: give process ids separated by commas"},
+		{"[sampler]\npids = 1,2,\n", -EINVAL, 2, "[sampler] pids: '1,2,' has an empty item"},
+		{"[sampler]\npids = ,\n", -EINVAL, 2, "[sampler] pids: ',' has an empty item"},
+		{"[sampler]\npids = self\n", -EINVAL, 2, "[sampler] pids: 'self' is not a whole number"},
+		{"[sampler]\npids = 7, 8, 7\n", -EINVAL, 2, "[sampler] pids: pid 7 is listed twice"},
+		{"[sampler]\npids = 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,"
+		 "27,28,29,30,31,32,33\n", -E2BIG, 2,
+		 "[sampler] pids: more than 32 pids: filter on a cgroup instead"},
 		{"[host_metrics]\nenabled = auto\n", -EINVAL, 2,
 		 "[host_metrics] enabled: 'auto' is not one of true, false"},
 		{"[host_metrics]\ninterval = 5ms\n", -ERANGE, 2,
@@ -501,6 +539,7 @@ static void round_trip(void **state)
 		"range = x y\nfactor = 2.75\n[rule.b]\ntype = counter_above\ncounter = c\n"
 		"threshold = 0.1\nfor = 3s\n[rule.c]\nmax_per_hour = 7\n",
 		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
+		"[sampler]\nfrequency = 999\npids = 42, 7,4194304\ncgroup = /sys/fs/cgroup/job\n",
 	};
 	char printed[96];
 	snprintf(printed, sizeof(printed), "%s/printed.conf", dir);
@@ -552,6 +591,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(defaults_sane), cmocka_unit_test(default_paths),
 		cmocka_unit_test(load_valid),    cmocka_unit_test(ring_fallback),
+		cmocka_unit_test(sampler_pids),
 		cmocka_unit_test(load_errors),   cmocka_unit_test(missing_file),
 		cmocka_unit_test(check_rules),   cmocka_unit_test(triggers),
 		cmocka_unit_test(round_trip),

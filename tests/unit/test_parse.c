@@ -33,6 +33,41 @@ static void expect_msg(const char *text, int rc, const struct rp_err *err, const
 	assert_int_equal(err->code, rc);
 }
 
+/* ---- whole numbers ---- */
+
+static void uint_valid_and_invalid(void **state)
+{
+	(void)state;
+	unsigned v = 7;
+	assert_int_equal(rp_parse_uint("1", 1, 10000, &v, NULL), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(rp_parse_uint("10000", 1, 10000, &v, NULL), 0);
+	assert_int_equal(v, 10000);
+	assert_int_equal(rp_parse_uint("0099", 1, 10000, &v, NULL), 0);
+	assert_int_equal(v, 99);
+	assert_int_equal(rp_parse_uint("4294967295", 0, 4294967295u, &v, NULL), 0);
+	assert_int_equal(v, 4294967295u);
+	static const struct bad t[] = {
+		{"", -EINVAL, "'' is not a whole number", "from 1 to 10000"},
+		{"-5", -EINVAL, "'-5' is not a whole number", NULL},
+		{"+5", -EINVAL, "'+5' is not a whole number", NULL},
+		{"12x", -EINVAL, "'12x' is not a whole number", NULL},
+		{"1.5", -EINVAL, "'1.5' is not a whole number", NULL},
+		{" 5", -EINVAL, "' 5' is not a whole number", NULL},
+		{"0", -ERANGE, "'0' is outside 1..10000", NULL},
+		{"10001", -ERANGE, "'10001' is outside 1..10000", NULL},
+		{"4294967296", -ERANGE, "'4294967296' is outside 1..10000", NULL},
+		{"99999999999999999999999", -ERANGE, "is outside 1..10000", NULL},
+	};
+	for (size_t i = 0; i < N(t); i++) {
+		struct rp_err err = {0};
+		v = 7;
+		int rc = rp_parse_uint(t[i].text, 1, 10000, &v, &err);
+		expect_msg(t[i].text, rc, &err, &t[i]);
+		assert_int_equal(v, 7);
+	}
+}
+
 /* ---- durations ---- */
 
 static void duration_valid(void **state)
@@ -459,6 +494,7 @@ static void name_invalid(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(uint_valid_and_invalid),
 		cmocka_unit_test(duration_valid), cmocka_unit_test(duration_invalid),
 		cmocka_unit_test(duration_format), cmocka_unit_test(size_valid), cmocka_unit_test(size_format),
 		cmocka_unit_test(size_invalid), cmocka_unit_test(time_valid),
