@@ -82,7 +82,7 @@ static const char global_usage[] =
 	"session, or record from now on.\n"
 	"\n"
 	"commands:\n"
-	"  status     the rings: fill, horizon, events, drops; open sessions\n"
+	"  status     the rings: fill, horizon, events, drops; collectors; open sessions\n"
 	"  snapshot   save the last N seconds (--last 30s) as a session\n"
 	"  start      start a session now; prints its id\n"
 	"  stop ID    stop a session and show what it holds\n"
@@ -881,7 +881,8 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 }
 
 static const struct command commands[] = {
-	{ "status", "", "Show the rings and open sessions.\n\n", COMMON_OPTS, 0, cmd_status },
+	{ "status", "", "Show the rings, the collectors (why one does not run) and open sessions.\n\n",
+	  COMMON_OPTS, 0, cmd_status },
 	{ "snapshot", "[--last 30s] [--end TIME] [--name N] [--run R] [--reason TEXT]\n"
 	  "                        [--hosts H:PORT,... [--token-file F]]",
 	  "Save the recent past as a session on disk.\n\n"
