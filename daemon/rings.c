@@ -495,6 +495,17 @@ static int make_dirs(const char *path, struct rp_err *err)
 	return 0;
 }
 
+/* The collectors feeding the host ring; the ingest thread is not running. */
+static void close_collectors(struct rp_rings *r)
+{
+#ifdef RINGPROF_HAVE_SAMPLER
+	rp_sampler_close(r->sampler);
+	rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
+	free(r->sample_ctx);
+#endif
+	rp_hostmetrics_free(r->hostmetrics);
+}
+
 int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp_err *err)
 {
 	struct rp_rings *r = calloc(1, sizeof(*r));
@@ -526,12 +537,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	if (rc == 0 && (rc = -pthread_create(&r->thread, NULL, ingest_main, r)) < 0)
 		rp_err_set(err, rc, "cannot start the ingest thread: %s", strerror(-rc));
 	if (rc < 0) {
-#ifdef RINGPROF_HAVE_SAMPLER
-		rp_sampler_close(r->sampler);
-		rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
-		free(r->sample_ctx);
-#endif
-		rp_hostmetrics_free(r->hostmetrics);
+		close_collectors(r);
 		for (unsigned i = 0; i < atomic_load(&r->ndevices); i++) {
 			rp_drain_free(r->devices[i]->drain);
 			rp_ringfile_close(r->devices[i]->rf);
@@ -553,12 +559,7 @@ void rp_rings_stop(struct rp_rings *r)
 	pthread_cond_signal(&r->wake);
 	pthread_mutex_unlock(&r->lock);
 	pthread_join(r->thread, NULL);
-#ifdef RINGPROF_HAVE_SAMPLER
-	rp_sampler_close(r->sampler);
-	rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
-	free(r->sample_ctx);
-#endif
-	rp_hostmetrics_free(r->hostmetrics);
+	close_collectors(r);
 	for (struct pending *p = r->pending, *next; p; p = next) {
 		next = p->next;
 		rp_shmring_close(p->ring);

@@ -66,7 +66,10 @@ struct rp_session;
  * Errors name the directory and the fix (-EACCES, -ENOSPC, -EROFS). */
 int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 		    struct rp_err *err);
-/* Include one device ring (borrowed: it must outlive the session). */
+/* Include one device ring (borrowed: it must outlive the session).  The
+ * window's first chunk is looked for among completed writes, so seal and
+ * sync the ring up to the window's start first (the daemon flushes before
+ * it adds rings), or a chunk still in flight could fall before the pin. */
 int rp_session_add_ring(struct rp_session *s, const char *device,
 			struct rp_ringfile *rf, struct rp_err *err);
 /* Copy chunks sealed since the last pump, and chunks the pins saved;

@@ -10,42 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
 
+#include "burn.h"
 #include "clock.h"
 #include "sampler.h"
 
-static volatile uint64_t sink_value;
-
-__attribute__((noinline)) static void burn_user(unsigned n)
-{
-	for (unsigned i = 0; i < n; i++)
-		sink_value += (uint64_t)i * i;
-}
-
-__attribute__((noinline)) static void burn_syscalls(unsigned n)
-{
-	for (unsigned i = 0; i < n; i++)
-		syscall(SYS_getppid);
-}
+/* Keeps descend's recursive calls from becoming jumps. */
+static volatile uint64_t depth_sink;
 
 /* Spins 30 frames deep, about what a Python training step shows. */
 __attribute__((noinline)) static void descend(unsigned depth, uint64_t end)
 {
 	if (depth) {
 		descend(depth - 1, end);
-		sink_value++; /* keeps the call from becoming a jump */
+		depth_sink++;
 		return;
 	}
-	while (rp_clock_now_ns() < end) {
-		burn_user(20000);
-		burn_syscalls(100);
-	}
+	burn_until(end, 100);
 }
 
 static int count(void *ctx, const struct rp_event *ev)

@@ -21,13 +21,13 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
 
+#include "burn.h"
 #include "clock.h"
 #include "sampler.h"
 
@@ -95,30 +95,10 @@ static struct rp_sampler *open_or_fail(const struct rp_sampler_opts *o)
 	return s;
 }
 
-/* The workload: user-space work and system calls in turns, so samples
- * land both in user mode and in the kernel. */
-static volatile uint64_t sink_value;
-
-__attribute__((noinline)) static void burn_user(unsigned n)
-{
-	for (unsigned i = 0; i < n; i++)
-		sink_value += (uint64_t)i * i;
-}
-
-__attribute__((noinline)) static void burn_syscalls(unsigned n)
-{
-	for (unsigned i = 0; i < n; i++)
-		syscall(SYS_getppid);
-}
-
 __attribute__((noinline, noreturn)) static void spin(const char *name, uint64_t ns)
 {
 	prctl(PR_SET_NAME, name);
-	uint64_t end = rp_clock_now_ns() + ns;
-	while (rp_clock_now_ns() < end) {
-		burn_user(20000);
-		burn_syscalls(300);
-	}
+	burn_until(rp_clock_now_ns() + ns, 300);
 	_exit(0);
 }
 
