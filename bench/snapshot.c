@@ -632,7 +632,9 @@ static int start_daemon(struct bench *b)
 {
 	char conf[256];
 	snprintf(conf, sizeof(conf), "[daemon]\nseal_interval = %s\n\n[ring.host]\nbudget = %llu\n\n"
-		 "[producers]\nring_size = %llu\n", SEAL_INTERVAL, (unsigned long long)b->budget,
+		 "[producers]\nring_size = %llu\n\n"
+		 /* exports run after the session closes: bench-export times them */
+		 "[sessions]\nexports = none\n", SEAL_INTERVAL, (unsigned long long)b->budget,
 		 (unsigned long long)PRODUCER_RING);
 	return bench_daemon_start(&b->d, conf);
 }

@@ -17,7 +17,9 @@
 
 #include "client.h"
 #include "parse.h"
+#include "export.h"
 #include "paths.h"
+#include "session.h"
 #include "summary.h"
 
 #define EXIT_USAGE 2
@@ -33,7 +35,7 @@
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, N_OPTS
+	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -52,6 +54,9 @@ static const struct option all_options[N_OPTS] = {
 	[O_HOSTS] = { "hosts", required_argument, NULL, OPT_BASE + O_HOSTS },
 	[O_TOKEN_FILE] = { "token-file", required_argument, NULL, OPT_BASE + O_TOKEN_FILE },
 	[O_CPU_HZ] = { "cpu-sample-hz", required_argument, NULL, OPT_BASE + O_CPU_HZ },
+	[O_FORMAT] = { "format", required_argument, NULL, OPT_BASE + O_FORMAT },
+	[O_OUTPUT] = { "output", required_argument, NULL, 'o' },
+	[O_HOST] = { "host", required_argument, NULL, OPT_BASE + O_HOST },
 };
 
 #define BIT(o) (1u << (o))
@@ -89,6 +94,7 @@ static const char global_usage[] =
 	"  capture    record for --duration and wait for the result\n"
 	"  sessions   list sessions\n"
 	"  summary S  what a session holds\n"
+	"  export S   write a session as XProf, Perfetto, pprof, JSON or summary files\n"
 	"  keep ID    keep a session: retention never deletes it\n"
 	"\n"
 	"options:\n"
@@ -99,7 +105,7 @@ static const char global_usage[] =
 
 static const char short_usage[] =
 	"usage: ringprof [--socket PATH] [--json] COMMAND [OPTIONS]\n"
-	"commands: status, snapshot, start, stop, capture, sessions, summary, keep\n"
+	"commands: status, snapshot, start, stop, capture, sessions, summary, export, keep\n"
 	"Try 'ringprof --help'.\n";
 
 static void print_global_usage(void)
@@ -179,8 +185,12 @@ static int get_options(const struct command *cmd, unsigned mask, int argc, char 
 	opterr = 0;
 	int c;
 	/* '+' before the command: stop there, its options are its own. */
-	while ((c = getopt_long(argc, argv, cmd ? ":h" : "+:h", longopts, NULL)) != -1) {
+	const char *shortopts = !cmd ? "+:h" : mask & BIT(O_OUTPUT) ? ":ho:" : ":h";
+	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
 		switch (c) {
+		case 'o':
+			a->val[O_OUTPUT] = optarg;
+			break;
 		case 'h':
 			if (cmd)
 				print_command_usage(cmd, stdout);
@@ -853,31 +863,96 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 }
 
 /* SESSION is a session id (the daemon says where it is) or the path of a
- * session directory, which works without a daemon. */
-static int cmd_summary(const struct command *cmd, struct args *a)
+ * session directory, which works without a daemon.  -1 with dir set, or
+ * the exit status. */
+static int session_dir(const struct command *cmd, struct args *a, char *dir, size_t len)
 {
 	const char *arg = a->pos[0];
-	char dir[4096];
 	struct stat st;
 	if (strchr(arg, '/') || (stat(arg, &st) == 0 && S_ISDIR(st.st_mode))) {
-		snprintf(dir, sizeof(dir), "%s", arg);
-	} else {
-		char path[128];
-		int rc = session_path(cmd, arg, "", path, sizeof(path));
-		if (rc >= 0)
-			return rc;
-		json_t *s = NULL;
-		if ((rc = call(a, "GET", path, NULL, &s)))
-			return rc;
-		snprintf(dir, sizeof(dir), "%s", jstr(s, "path"));
-		json_decref(s);
+		snprintf(dir, len, "%s", arg);
+		return -1;
 	}
+	char path[128];
+	int rc = session_path(cmd, arg, "", path, sizeof(path));
+	if (rc >= 0)
+		return rc;
+	json_t *s = NULL;
+	if ((rc = call(a, "GET", path, NULL, &s)))
+		return rc;
+	snprintf(dir, len, "%s", jstr(s, "path"));
+	json_decref(s);
+	return -1;
+}
+
+static int cmd_summary(const struct command *cmd, struct args *a)
+{
+	char dir[4096];
+	int rc = session_dir(cmd, a, dir, sizeof(dir));
+	if (rc >= 0)
+		return rc;
 	struct rp_err err = { 0 };
 	if (rp_summary_write(dir, stdout, &err) < 0) {
 		fprintf(stderr, "ringprof: %s\n", err.msg);
 		return EXIT_FAILURE;
 	}
 	return EXIT_SUCCESS;
+}
+
+/* With -o, one format of one host's part to that path; without, every
+ * format asked for, of every host (or --host), into the session
+ * directory as <host><suffix>. */
+static int cmd_export(const struct command *cmd, struct args *a)
+{
+	struct rp_err err = { 0 };
+	unsigned mask = RP_EXPORT_ALL;
+	if (a->val[O_FORMAT] && rp_export_parse_formats(a->val[O_FORMAT], &mask, &err) < 0)
+		return usage_error(cmd, "--format: %s", err.msg);
+	if (!mask)
+		return usage_error(cmd, "--format none exports nothing: name a format");
+	const char *out = a->val[O_OUTPUT];
+	if (out && (mask & (mask - 1)))
+		return usage_error(cmd, "-o writes one file: give one --format (xplane, perfetto, "
+				   "pprof, json or summary)");
+	char dir[4096];
+	int rc = session_dir(cmd, a, dir, sizeof(dir));
+	if (rc >= 0)
+		return rc;
+	if (!out) {
+		if (rp_export_session(dir, a->val[O_HOST], mask, &err) < 0) {
+			fprintf(stderr, "ringprof: %s\n", err.msg);
+			return EXIT_FAILURE;
+		}
+		printf("exported %s\n", dir);
+		return EXIT_SUCCESS;
+	}
+	json_t *all, *m, *chosen = NULL;
+	if (rp_session_manifests(dir, &all, &err) < 0) {
+		fprintf(stderr, "ringprof: %s\n", err.msg);
+		return EXIT_FAILURE;
+	}
+	size_t i, n = 0;
+	json_array_foreach(all, i, m) {
+		const char *h = jstr(m, "host");
+		if (!a->val[O_HOST] || strcmp(h, a->val[O_HOST]) == 0) {
+			chosen = m;
+			n++;
+		}
+	}
+	rc = EXIT_FAILURE;
+	if (n == 0)
+		fprintf(stderr, "ringprof: %s holds no complete part%s%s: check the session and "
+			"--host\n", dir, a->val[O_HOST] ? " of host " : "",
+			a->val[O_HOST] ? a->val[O_HOST] : "");
+	else if (n > 1)
+		rc = usage_error(cmd, "%s was written by %zu hosts: name one with --host", dir, n);
+	else if (rp_export_host(dir, chosen, (enum rp_export_format)__builtin_ctz(mask), out,
+				&err) < 0)
+		fprintf(stderr, "ringprof: %s\n", err.msg);
+	else
+		rc = EXIT_SUCCESS;
+	json_decref(all);
+	return rc;
 }
 
 static const struct command commands[] = {
@@ -931,6 +1006,20 @@ static const struct command commands[] = {
 	  "process; each host's part in turn when several hosts wrote it.\n"
 	  "SESSION is a session id or the path of a session directory.\n\n",
 	  COMMON_OPTS, 1, cmd_summary },
+	{ "export", "SESSION [--format F,...] [-o PATH] [--host H]",
+	  "Write a session, from its raw chunks, in the formats viewers open:\n"
+	  "  xplane    <host>.xplane.pb: XProf / TensorBoard's Profile tab\n"
+	  "  perfetto  <host>.pftrace: ui.perfetto.dev, trace_processor\n"
+	  "  pprof     <host>.cpu.pb.gz: go tool pprof (CPU samples)\n"
+	  "  json      <host>.json: trace events, counters, CPU samples for scripts\n"
+	  "  summary   <host>.summary.txt: what 'ringprof summary' prints\n"
+	  "Frames are symbolized here: run it on the recording host (as root for\n"
+	  "kernel names).  SESSION is a session id or a session directory.\n\n"
+	  "  --format F,...    formats to write (default: all)\n"
+	  "  -o, --output PATH write one format to PATH instead of the session\n"
+	  "                    directory (for a session several hosts wrote, with --host)\n"
+	  "  --host H          only host H's part\n",
+	  COMMON_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST), 1, cmd_export },
 };
 
 int main(int argc, char **argv)

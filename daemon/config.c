@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "parse.h"
 #include "paths.h"
 
@@ -44,6 +45,7 @@ void rp_config_defaults(struct rp_config *c)
 	c->max_duration_ns = 3600 * SEC;
 	c->sessions_max_bytes = 10 * 1024 * MiB;
 	c->sessions_max_count = 1000;
+	c->session_exports = RP_EXPORT_ALL;
 	c->alerts = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 10 * SEC,
 						.cooldown_ns = 600 * SEC, .max_per_hour = 20 };
 	snprintf(c->alert_run_label, sizeof(c->alert_run_label), "job");
@@ -379,6 +381,13 @@ static int set_sessions_max_count(struct rp_config *c, struct rp_ring_config *r,
 	return rp_parse_uint(v, 0, 100000000, &c->sessions_max_count, err);
 }
 
+static int set_session_exports(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			       struct rp_err *err)
+{
+	(void)r;
+	return rp_export_parse_formats(v, &c->session_exports, err);
+}
+
 static int set_alert_before(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			    struct rp_err *err)
 {
@@ -558,7 +567,7 @@ static const struct section_def {
 			      {"interval", set_host_metrics_interval})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
 			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
-			  {"max_count", set_sessions_max_count})},
+			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports})},
 	{"alertmanager", KEYS({"before", set_alert_before}, {"after", set_alert_after},
 			      {"run_label", set_run_label}, {"cooldown", set_alert_cooldown},
 			      {"max_per_hour", set_alert_max_per_hour})},
@@ -979,7 +988,13 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	print_duration(out, "default_last", c->default_last_ns);
 	print_duration(out, "max_duration", c->max_duration_ns);
 	print_size(out, "max_bytes", c->sessions_max_bytes);
-	fprintf(out, "max_count = %u\n", c->sessions_max_count);
+	fprintf(out, "max_count = %u\nexports = ", c->sessions_max_count);
+	if (!c->session_exports)
+		fputs("none", out);
+	for (unsigned f = 0, n = 0; f < RP_EXPORT_NFORMATS; f++)
+		if (c->session_exports & 1u << f)
+			fprintf(out, "%s%s", n++ ? "," : "", rp_export_format_name(f));
+	fputc('\n', out);
 	fprintf(out, "\n[alertmanager]\n");
 	print_duration(out, "before", c->alerts.before_ns);
 	print_duration(out, "after", c->alerts.after_ns);

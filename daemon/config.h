@@ -91,6 +91,8 @@ struct rp_config {
 	uint64_t max_duration_ns;    /* longest window / capture accepted */
 	uint64_t sessions_max_bytes; /* retention quota of the logdir; 0 = none */
 	unsigned sessions_max_count; /* retention quota in sessions; 0 = none */
+	unsigned session_exports;    /* written when a session closes: a mask of
+					1 << enum rp_export_format */
 	/* [alertmanager]: POST /v1/alertmanager */
 	struct rp_trigger_config alerts;
 	char alert_run_label[64];    /* the alert label that names the run */

@@ -12,6 +12,7 @@
 
 #include "alerts.h"
 #include "clock.h"
+#include "export.h"
 #include "gate.h"
 #include "parse.h"
 #include "retention.h"
@@ -45,6 +46,12 @@ struct open_session {
 	unsigned cpu_sample_hz; /* the CPU sampling rate it asked for; 0: none */
 };
 
+/* A closed session waiting for its exports ([sessions] exports). */
+struct pending_export {
+	struct pending_export *next;
+	char dir[];
+};
+
 struct rp_control {
 	const struct rp_config *cfg;
 	struct rp_rings *rings;
@@ -69,6 +76,10 @@ struct rp_control {
 	bool retention_due, over_quota;
 	uint64_t retention_deleted;
 	uint64_t logdir_bytes, logdir_sessions;  /* as of the last pass */
+	/* exports: written on the session thread, outside the lock, oldest
+	 * session first */
+	struct pending_export *exports, **exports_tail;
+	uint64_t exports_written, exports_failed;
 	uint64_t triggers[NSOURCES];    /* snapshots taken by trigger */
 	struct latency trigger_latency;
 
@@ -126,6 +137,46 @@ static void unlink_open(struct rp_control *c, struct open_session *o)
 		}
 }
 
+static void queue_export(struct rp_control *c, const char *dir)
+{
+	if (!c->cfg->session_exports)
+		return;
+	struct pending_export *p = malloc(sizeof(*p) + strlen(dir) + 1);
+	if (!p) {
+		fprintf(stderr, "ringprofd: out of memory: session %s is not exported; run 'ringprof "
+			"export %s'\n", dir, dir);
+		c->exports_failed++;
+		return;
+	}
+	p->next = NULL;
+	strcpy(p->dir, dir);
+	*c->exports_tail = p;
+	c->exports_tail = &p->next;
+}
+
+/* Writes the exports of every session queued.  Called with c->lock held;
+ * drops it while writing, so that sessions go on meanwhile. */
+static void write_exports(struct rp_control *c)
+{
+	while (c->exports) {
+		struct pending_export *p = c->exports;
+		if (!(c->exports = p->next))
+			c->exports_tail = &c->exports;
+		pthread_mutex_unlock(&c->lock);
+		struct rp_err err = { 0 };
+		int rc = rp_export_session(p->dir, c->host, c->cfg->session_exports, &err);
+		if (rc < 0)
+			fprintf(stderr, "ringprofd: %s; run 'ringprof export %s' to try again\n",
+				err.msg, p->dir);
+		free(p);
+		pthread_mutex_lock(&c->lock);
+		if (rc < 0)
+			c->exports_failed++;
+		else
+			c->exports_written++;
+	}
+}
+
 /* Close an open session with its window ending at end_ns; returns its
  * JSON.  Called with c->lock held. */
 static int finish_session(struct rp_control *c, struct open_session *o, uint64_t end_ns,
@@ -138,6 +189,8 @@ static int finish_session(struct rp_control *c, struct open_session *o, uint64_t
 		rc = rp_session_close(o->s, end_ns, err);
 	if (rc < 0 || rp_session_state_of(o->s) == RP_SESSION_FAILED)
 		c->sessions_failed++;
+	else
+		queue_export(c, rp_session_path(o->s));
 	if (out)
 		*out = rp_session_to_json(o->s);
 	unlink_open(c, o);
@@ -256,6 +309,7 @@ static void *pump_main(void *arg)
 		}
 		if (c->rules)
 			run_rule_triggers(c);
+		write_exports(c);
 		if (c->retention_due) {
 			c->retention_due = false;
 			pthread_mutex_unlock(&c->lock);
@@ -283,6 +337,7 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 	c->cfg = cfg;
 	c->rings = rings;
 	c->rules = rules;
+	c->exports_tail = &c->exports;
 	c->started_ns = rp_clock_now_ns();
 	if (cfg->host_name[0])
 		snprintf(c->host, sizeof(c->host), "%s", cfg->host_name);
@@ -319,6 +374,9 @@ void rp_control_free(struct rp_control *c)
 		if (finish_session(c, c->open, end, NULL, &err) < 0)
 			fprintf(stderr, "ringprofd: closing session: %s\n", err.msg);
 	}
+	pthread_mutex_lock(&c->lock);
+	write_exports(c);
+	pthread_mutex_unlock(&c->lock);
 	pthread_cond_destroy(&c->wake);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->alerts_lock);
@@ -896,6 +954,11 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 	fprintf(f, "# HELP ringprof_sessions_failed_total Sessions that could not be written.\n"
 		   "# TYPE ringprof_sessions_failed_total counter\nringprof_sessions_failed_total %llu\n",
 		(unsigned long long)c->sessions_failed);
+	fprintf(f, "# HELP ringprof_exports_total Session exports written when sessions closed, by result.\n"
+		   "# TYPE ringprof_exports_total counter\n"
+		   "ringprof_exports_total{result=\"written\"} %llu\n"
+		   "ringprof_exports_total{result=\"failed\"} %llu\n",
+		(unsigned long long)c->exports_written, (unsigned long long)c->exports_failed);
 	fprintf(f, "# HELP ringprof_sessions_open Sessions open now.\n"
 		   "# TYPE ringprof_sessions_open gauge\nringprof_sessions_open %u\n", open);
 	fprintf(f, "# HELP ringprof_retention_deleted_total Sessions deleted to keep the log directory within its quota.\n"

@@ -6,11 +6,12 @@ set -euo pipefail
 packages=(
   gcc clang meson ninja-build pkg-config python3
   liburing-dev liblz4-dev libisal-dev libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
-  libcmocka-dev
+  libcmocka-dev libprotobuf-c-dev protobuf-c-compiler
   libjansson-dev libmicrohttpd-dev libinih-dev libcurl4-openssl-dev libsystemd-dev
   systemd-container
   prometheus prometheus-alertmanager
   lttng-tools liblttng-ust-dev
+  protobuf-compiler golang-go
 )
 
 missing=()
@@ -32,8 +33,11 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python test runner for the Python package's tests.
-if ! python3 -c 'import pytest' 2>/dev/null; then
-  echo "install-deps: installing pytest with pip"
-  python3 -m pip install -q pytest
-fi
+# Python: the test runner, and the real readers the exporters' tests use
+# (XProf's converter, Perfetto's trace schema).
+for module in pytest xprof perfetto; do
+  if ! python3 -c "import $module" 2>/dev/null; then
+    echo "install-deps: installing $module with pip"
+    python3 -m pip install -q --root-user-action=ignore "$module"
+  fi
+done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what is missing, build, and run ringprof's main job: the daemon
 # with its embedded defaults, a fake training loop annotating its steps,
-# a snapshot of the last seconds, and a summary of what the session holds.
+# a snapshot of the last seconds written in every export format, and a
+# summary of what the session holds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,10 +29,22 @@ echo "== snapshot of the last 3 s"
 session_json=$($ringprof --json snapshot --last 3s --run demo --reason "README demo")
 path=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["path"])' <<<"$session_json")
 echo "session on disk: $path"
+# The daemon writes the exports ([sessions] exports) once the session closes.
+for _ in $(seq 300); do
+  compgen -G "$path/*.summary.txt" >/dev/null && break
+  sleep 0.1
+done
 ls -l "$path"
 
 echo
 echo "== what it holds"
 $ringprof summary "$path"
+echo
+echo "== open it"
+logdir=${path%/plugins/profile/*}
+echo "XProf:    xprof --logdir $logdir   (or TensorBoard's Profile tab)"
+echo "Perfetto: $path/*.pftrace at https://ui.perfetto.dev"
+echo "pprof:    go tool pprof -top $path/*.cpu.pb.gz"
+echo "scripts:  $path/*.json"
 echo
 echo "ringprofd keeps running (ringprof status); stop it with: pkill -TERM ringprofd"

@@ -11,13 +11,14 @@
 #include "parse.h"
 #include "session.h"
 #include "symbolize.h"
+#include "table.h"
+#include "writers.h"
 
 /* Durations go into log-spaced buckets, 32 per power of two: percentiles
  * within about 2% without keeping every duration. */
 #define SUB_BITS 5
 #define SUB_BUCKETS (1u << SUB_BITS)
 #define NBUCKETS (64 * SUB_BUCKETS)
-#define MAX_DEPTH 64
 /* Rows of the CPU tables: the functions with the most self samples, plus
  * those with the most total samples (callers like main), and processes. */
 #define TOP_SELF 25
@@ -36,17 +37,6 @@ struct stat_entry {
 	uint64_t last_ts;
 };
 
-struct open_range {
-	uint64_t ts;
-	long stat; /* index in stats, -1 when it could not be recorded */
-};
-
-struct thread_state {
-	uint32_t pid, tid;
-	int depth;
-	struct open_range stack[MAX_DEPTH];
-};
-
 /* A function (or module+offset) seen in CPU samples. */
 struct func_stat {
 	char *name;
@@ -56,38 +46,26 @@ struct func_stat {
 	bool shown;
 };
 
-/* A process: its name and command line (from metadata events anywhere in
- * the session) and its CPU samples in the window. */
+/* A process's CPU samples in the window. */
 struct proc_stat {
 	bool used;
 	uint32_t pid;
 	uint64_t samples;
 	double cpu_s;       /* each sample is 1/rate of a second */
-	char *name, *cmdline;
-};
-
-/* The sampling rate from ts on: a cpu_sampler_hz counter. */
-struct rate_point {
-	uint64_t ts;
-	double hz;
 };
 
 struct tally {
 	struct stat_entry *stats;
 	size_t nstats;
-	struct thread_state *threads;
-	size_t nthreads;
-	uint64_t events, samples, drops, unmatched_ends;
+	uint64_t events, samples, drops, lost_samples, truncated;
 
-	struct rp_symbolizer *sym;
-	struct func_stat *funcs; /* open addressing by name */
+	struct rp_reader *r;
+	struct rp_symbolizer *sym; /* the reader's */
+	bool cpu_time_known;       /* the session recorded its sampling rate */
+	struct func_stat *funcs;   /* open addressing by name */
 	size_t funcs_mask, nfuncs;
-	struct proc_stat *procs; /* open addressing by pid, pid 0 included */
+	struct proc_stat *procs;   /* open addressing by pid, pid 0 included */
 	size_t procs_mask, nprocs;
-	/* Sampling rates over time, sorted by ts once the metadata is read;
-	 * none: CPU time is unknown. */
-	struct rate_point *rates;
-	size_t nrates, rates_cap;
 };
 
 static unsigned bucket_of(uint64_t ns)
@@ -141,68 +119,21 @@ static long find_stat(struct tally *t, uint8_t kind, const char *name)
 	return (long)t->nstats++;
 }
 
-static struct thread_state *find_thread(struct tally *t, uint32_t pid, uint32_t tid)
-{
-	for (size_t i = 0; i < t->nthreads; i++)
-		if (t->threads[i].pid == pid && t->threads[i].tid == tid)
-			return &t->threads[i];
-	struct thread_state *grown = realloc(t->threads, (t->nthreads + 1) * sizeof(*grown));
-	if (!grown)
-		return NULL;
-	t->threads = grown;
-	t->threads[t->nthreads] = (struct thread_state){ .pid = pid, .tid = tid };
-	return &t->threads[t->nthreads++];
-}
-
-static size_t hash_str(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return (size_t)(h ^ h >> 29);
-}
-
-/* Keeps the open-addressing table *pp (any pointer to mask + 1 entries of
- * elem bytes) at most half full with n + 1 entries: doubles it, moving
- * every entry to the slot slot_of gives it.  -1 when out of memory. */
-static int make_room(void *pp, size_t *mask, size_t n, size_t elem,
-		     bool (*used)(const void *), size_t (*slot_of)(const void *))
-{
-	char *old;
-	memcpy(&old, pp, sizeof(old));
-	if (old && n + 1 <= (*mask + 1) / 2)
-		return 0;
-	size_t size = old ? 2 * (*mask + 1) : 256;
-	char *grown = calloc(size, elem);
-	if (!grown)
-		return -1;
-	for (size_t i = 0; old && i <= *mask; i++) {
-		const void *e = old + i * elem;
-		if (!used(e))
-			continue;
-		size_t j = slot_of(e) & (size - 1);
-		while (used(grown + j * elem))
-			j = (j + 1) & (size - 1);
-		memcpy(grown + j * elem, e, elem);
-	}
-	free(old);
-	memcpy(pp, &grown, sizeof(grown));
-	*mask = size - 1;
-	return 0;
-}
-
 static bool func_used(const void *e) { return ((const struct func_stat *)e)->name != NULL; }
-static size_t func_slot(const void *e) { return hash_str(((const struct func_stat *)e)->name); }
+static uint64_t func_slot(const void *e)
+{
+	return rp_hash_str(((const struct func_stat *)e)->name);
+}
 static bool proc_used(const void *e) { return ((const struct proc_stat *)e)->used; }
 static size_t pid_hash(uint32_t pid) { return pid * 2654435761u; }
-static size_t proc_slot(const void *e) { return pid_hash(((const struct proc_stat *)e)->pid); }
+static uint64_t proc_slot(const void *e) { return pid_hash(((const struct proc_stat *)e)->pid); }
 
 static struct func_stat *find_func(struct tally *t, const char *name, const char *module)
 {
-	if (make_room(&t->funcs, &t->funcs_mask, t->nfuncs, sizeof(*t->funcs), func_used,
-		      func_slot) < 0)
+	if (rp_table_reserve(&t->funcs, &t->funcs_mask, t->nfuncs, sizeof(*t->funcs), func_used,
+			     func_slot, RP_TABLE_FIRST) < 0)
 		return NULL;
-	size_t i = hash_str(name) & t->funcs_mask;
+	size_t i = rp_hash_str(name) & t->funcs_mask;
 	for (; t->funcs[i].name; i = (i + 1) & t->funcs_mask)
 		if (strcmp(t->funcs[i].name, name) == 0)
 			return &t->funcs[i];
@@ -215,8 +146,8 @@ static struct func_stat *find_func(struct tally *t, const char *name, const char
 
 static struct proc_stat *find_proc(struct tally *t, uint32_t pid)
 {
-	if (make_room(&t->procs, &t->procs_mask, t->nprocs, sizeof(*t->procs), proc_used,
-		      proc_slot) < 0)
+	if (rp_table_reserve(&t->procs, &t->procs_mask, t->nprocs, sizeof(*t->procs), proc_used,
+			     proc_slot, RP_TABLE_FIRST) < 0)
 		return NULL;
 	size_t i = pid_hash(pid) & t->procs_mask;
 	for (; t->procs[i].used; i = (i + 1) & t->procs_mask)
@@ -227,49 +158,19 @@ static struct proc_stat *find_proc(struct tally *t, uint32_t pid)
 	return &t->procs[i];
 }
 
-static void set_string(char **dst, const char *s)
-{
-	if (*dst && strcmp(*dst, s) == 0)
-		return;
-	char *copy = strdup(s);
-	if (copy) {
-		free(*dst);
-		*dst = copy;
-	}
-}
-
 /* Every frame is symbolized; the leaf counts as self time, and each
  * function on the stack once as total time.  Frames other than the
  * leaf of the kernel and of the user stack are return addresses: looked
  * up one byte earlier, inside the call. */
-static int by_ts(const void *a, const void *b)
-{
-	const struct rate_point *x = a, *y = b;
-	return x->ts < y->ts ? -1 : x->ts > y->ts;
-}
-
-/* The rate at ts: of the last point at or before it, else the first. */
-static double rate_at(const struct tally *t, uint64_t ts)
-{
-	size_t lo = 0, hi = t->nrates; /* points [0, lo) are at or before ts */
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (t->rates[mid].ts <= ts)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return t->rates[lo ? lo - 1 : 0].hz;
-}
-
 static void count_sample(struct tally *t, const struct rp_event *ev)
 {
 	t->samples++;
 	struct proc_stat *p = find_proc(t, ev->pid);
+	double hz = rp_reader_sample_hz_at(t->r, ev->ts);
 	if (p) {
 		p->samples++;
-		if (t->nrates)
-			p->cpu_s += 1.0 / rate_at(t, ev->ts);
+		if (hz > 0)
+			p->cpu_s += 1.0 / hz;
 	}
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
 		bool kernel = i < ev->u.sample.nkernel, leaf = i == 0 || i == ev->u.sample.nkernel;
@@ -288,72 +189,22 @@ static void count_sample(struct tally *t, const struct rp_event *ev)
 	}
 }
 
-/* Names, command lines, mappings and the sampling rate are taken from
- * anywhere in the session's chunks, not only the window: they are what
- * the window's samples need. */
-static void note_metadata(struct tally *t, const struct rp_event *ev)
+static int count_event(void *ctx, const struct rp_reader_event *e)
 {
-	struct proc_stat *p;
+	struct tally *t = ctx;
+	const struct rp_event *ev = e->ev;
+	t->events += !e->truncated;
 	switch (ev->kind) {
-	case RP_EV_MAPPING:
-		rp_symbolizer_add_mapping(t->sym, ev->pid, ev->u.mapping.start, ev->u.mapping.end,
-					  ev->u.mapping.offset, ev->name ? ev->name : "",
-					  ev->u.mapping.build_id, ev->u.mapping.build_id_len);
-		break;
-	case RP_EV_PROCESS_NAME:
-	case RP_EV_PROCESS_CMDLINE:
-		if ((p = find_proc(t, ev->pid)) && ev->name)
-			set_string(ev->kind == RP_EV_PROCESS_NAME ? &p->name : &p->cmdline, ev->name);
-		break;
-	case RP_EV_COUNTER:
-		if (ev->name && strcmp(ev->name, "cpu_sampler_hz") == 0 && ev->u.counter.value > 0) {
-			/* Every chunk repeats the rate: keep its changes only. */
-			const struct rate_point *last = t->nrates ? &t->rates[t->nrates - 1] : NULL;
-			if (last && last->hz == ev->u.counter.value && last->ts <= ev->ts)
-				break;
-			if (t->nrates == t->rates_cap) {
-				size_t cap = t->rates_cap ? 2 * t->rates_cap : 64;
-				struct rate_point *grown = realloc(t->rates, cap * sizeof(*grown));
-				if (!grown)
-					break; /* the rates read so far still serve */
-				t->rates = grown;
-				t->rates_cap = cap;
-			}
-			t->rates[t->nrates++] = (struct rate_point){ ev->ts, ev->u.counter.value };
-		}
-		break;
-	default:
-		break;
-	}
-}
-
-static void count_event(struct tally *t, const struct rp_event *ev)
-{
-	t->events++;
-	switch (ev->kind) {
-	case RP_EV_RANGE_BEGIN: {
-		struct thread_state *th = find_thread(t, ev->pid, ev->tid);
-		if (th && th->depth < MAX_DEPTH)
-			th->stack[th->depth++] = (struct open_range){
-				.ts = ev->ts, .stat = find_stat(t, RP_EV_RANGE_BEGIN, ev->name ? ev->name : "")
-			};
-		else if (th)
-			th->depth++; /* too deep to time; keep ends matched */
-		break;
-	}
 	case RP_EV_RANGE_END: {
-		struct thread_state *th = find_thread(t, ev->pid, ev->tid);
-		if (!th || th->depth == 0) {
-			t->unmatched_ends++; /* its begin lies before the window */
+		if (e->truncated) {
+			t->truncated++; /* open at the window's end: no duration */
 			break;
 		}
-		if (--th->depth >= MAX_DEPTH)
+		long i = find_stat(t, RP_EV_RANGE_BEGIN, e->range_name);
+		if (i < 0 || ev->ts < e->begin_ts)
 			break;
-		struct open_range *o = &th->stack[th->depth];
-		if (o->stat < 0 || ev->ts < o->ts)
-			break;
-		struct stat_entry *s = &t->stats[o->stat];
-		uint64_t d = ev->ts - o->ts;
+		struct stat_entry *s = &t->stats[i];
+		uint64_t d = ev->ts - e->begin_ts;
 		s->count++;
 		s->total_ns += d;
 		if (d > s->max_ns)
@@ -385,51 +236,12 @@ static void count_event(struct tally *t, const struct rp_event *ev)
 		count_sample(t, ev);
 		break;
 	case RP_EV_DROPS:
-		t->drops += ev->u.drops.count;
+		/* pid 0: the CPU sampler's kernel buffer overflowed */
+		*(ev->pid ? &t->drops : &t->lost_samples) += ev->u.drops.count;
 		break;
 	default:
 		break;
 	}
-}
-
-/* One of two passes over a chunk file: the metadata first (of every
- * chunk, so that each sample finds its process's mappings wherever in the
- * session they are), then the window's events.  Ranges are counted in
- * time order per thread: chunks of one device come in seq order, and a
- * thread's events are in order within its chunks. */
-static int tally_file(struct tally *t, const char *path, bool metadata, uint64_t t0,
-		      uint64_t t1, uint64_t *corrupt, struct rp_err *err)
-{
-	struct rp_session_chunks *sc;
-	struct rp_chunk_reader *r;
-	int rc = rp_session_chunks_open(path, &sc, err);
-	if (rc < 0)
-		return rc;
-	if ((rc = rp_chunk_reader_new(&r)) < 0) {
-		rp_session_chunks_close(sc);
-		return rp_err_set(err, rc, "out of memory");
-	}
-	const void *chunk;
-	size_t len;
-	struct rp_chunk_header hdr;
-	struct rp_err cerr;
-	while ((rc = rp_session_chunks_next(sc, &chunk, &len, &hdr, &cerr)) != 0) {
-		if (rc < 0 || rp_chunk_reader_load(r, chunk, len, &cerr) < 0) {
-			(*corrupt)++;
-			continue;
-		}
-		struct rp_event ev;
-		while ((rc = rp_chunk_reader_next(r, &ev, &cerr)) == 1) {
-			if (metadata)
-				note_metadata(t, &ev);
-			else if (ev.ts >= t0 && ev.ts <= t1)
-				count_event(t, &ev);
-		}
-		if (rc < 0)
-			(*corrupt)++;
-	}
-	rp_chunk_reader_free(r);
-	rp_session_chunks_close(sc);
 	return 0;
 }
 
@@ -550,13 +362,14 @@ static void print_processes(FILE *out, struct tally *t)
 	for (size_t i = 0; i < n && i < TOP_PROCS && t->procs[i].samples; i++) {
 		const struct proc_stat *p = &t->procs[i];
 		char ms[32] = "-"; /* without the sampling rate, CPU time is unknown */
-		if (t->nrates)
+		if (t->cpu_time_known)
 			snprintf(ms, sizeof(ms), "%.1f", 1000.0 * p->cpu_s);
 		char name[17], cmdline[81];
+		const char *pname = rp_reader_process_name(t->r, p->pid);
 		fprintf(out, "%-16s %8u %8llu %10s %6.2f%%  %s\n",
-			p->name ? one_line(p->name, name, sizeof(name)) : "?", p->pid,
+			pname ? one_line(pname, name, sizeof(name)) : "?", p->pid,
 			(unsigned long long)p->samples, ms, 100.0 * (double)p->samples / (double)t->samples,
-			one_line(p->cmdline, cmdline, sizeof(cmdline)));
+			one_line(rp_reader_process_cmdline(t->r, p->pid), cmdline, sizeof(cmdline)));
 	}
 }
 
@@ -653,6 +466,10 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 	fprintf(out, "\n%llu events in the window, %llu CPU samples, %llu dropped by producers",
 		(unsigned long long)t->events, (unsigned long long)t->samples,
 		(unsigned long long)t->drops);
+	if (t->lost_samples)
+		fprintf(out, ", %llu CPU samples lost", (unsigned long long)t->lost_samples);
+	if (t->truncated)
+		fprintf(out, ", %llu ranges still open at the window's end", (unsigned long long)t->truncated);
 	if (corrupt)
 		fprintf(out, ", %llu corrupt chunks skipped", (unsigned long long)corrupt);
 	fputc('\n', out);
@@ -665,46 +482,19 @@ static void free_tally(struct tally *t)
 		free(t->stats[i].buckets);
 	}
 	free(t->stats);
-	free(t->threads);
 	for (size_t i = 0; t->funcs && i <= t->funcs_mask; i++)
 		free(t->funcs[i].name);
 	free(t->funcs);
-	for (size_t i = 0; t->procs && i <= t->procs_mask; i++) {
-		free(t->procs[i].name);
-		free(t->procs[i].cmdline);
-	}
 	free(t->procs);
-	free(t->rates);
-	rp_symbolizer_free(t->sym);
 }
 
-/* One host's part of a session, from its manifest m. */
-static int summarise_host(const char *session_dir, json_t *m, FILE *out, struct rp_err *err)
+int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err)
 {
-	char path[PATH_MAX];
-	json_t *req = json_object_get(m, "requested");
-	uint64_t t0 = (uint64_t)json_integer_value(json_object_get(req, "start_ns"));
-	uint64_t t1 = (uint64_t)json_integer_value(json_object_get(req, "end_ns"));
-	struct tally t = { 0 };
-	uint64_t corrupt = 0, corrupt_again = 0;
-	int rc = rp_symbolizer_new(NULL, &t.sym, err);
-	for (int pass = 0; pass < 2 && rc == 0; pass++) {
-		size_t i;
-		json_t *dev;
-		json_array_foreach(json_object_get(m, "devices"), i, dev) {
-			const char *file = json_string_value(json_object_get(dev, "file"));
-			if (!file || strchr(file, '/'))
-				continue; /* never read outside the session directory */
-			snprintf(path, sizeof(path), "%s/%s", session_dir, file);
-			if ((rc = tally_file(&t, path, pass == 0, t0, t1,
-					     pass ? &corrupt : &corrupt_again, err)) < 0)
-				break;
-		}
-		if (pass == 0)
-			qsort(t.rates, t.nrates, sizeof(*t.rates), by_ts);
-	}
+	struct tally t = { .r = r, .sym = rp_reader_symbolizer(r),
+			   .cpu_time_known = rp_reader_sample_hz_at(r, rp_reader_start_ns(r)) > 0 };
+	int rc = rp_reader_each(r, count_event, &t, err);
 	if (rc == 0)
-		print_report(out, m, &t, corrupt);
+		print_report(out, rp_reader_manifest(r), &t, rp_reader_corrupt_chunks(r));
 	free_tally(&t);
 	return rc;
 }
@@ -724,7 +514,10 @@ int rp_summary_write(const char *session_dir, FILE *out, struct rp_err *err)
 			break;
 		if (i)
 			fputc('\n', out);
-		rc = summarise_host(session_dir, m, out, err);
+		struct rp_reader *r = NULL;
+		if ((rc = rp_reader_open(session_dir, m, NULL, &r, err)) == 0)
+			rc = rp_write_summary(r, out, err);
+		rp_reader_free(r);
 	}
 	json_decref(all);
 	return rc;

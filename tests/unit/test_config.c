@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "export.h"
 #include "paths.h"
 
 #define KiB 1024ull
@@ -81,6 +82,7 @@ static void defaults_sane(void **state)
 	assert_string_equal(c.host_name, "");
 	assert_int_equal(c.sessions_max_bytes, 10 * 1024 * MiB);
 	assert_int_equal(c.sessions_max_count, 1000);
+	assert_int_equal(c.session_exports, RP_EXPORT_ALL);
 }
 
 static void default_paths(void **state)
@@ -142,7 +144,8 @@ static const char full[] =
 	"default_last = 2m30s\n"
 	"max_duration = 168h\n"
 	"max_bytes = 500GiB\n"
-	"max_count = 0\n";
+	"max_count = 0\n"
+	"exports = xplane,pprof\n";
 
 static void load_valid(void **state)
 {
@@ -173,6 +176,7 @@ static void load_valid(void **state)
 	assert_string_equal(c.host_name, "node-07.cluster");
 	assert_int_equal(c.sessions_max_bytes, 500 * 1024 * MiB);
 	assert_int_equal(c.sessions_max_count, 0);
+	assert_int_equal(c.session_exports, 1u << RP_EXPORT_XPLANE | 1u << RP_EXPORT_PPROF);
 
 	/* An empty file changes nothing. */
 	struct rp_config d, e;
@@ -348,6 +352,8 @@ static void load_errors(void **state)
 		{"[sessions]\nmax_duration = 169h\n", -ERANGE, 2,
 		 "[sessions] max_duration: '169h' is more than the maximum, 168h"},
 		{"[sessions]\nmax_bytes = lots\n", -EINVAL, 2, "[sessions] max_bytes: 'lots' is not a size"},
+		{"[sessions]\nexports = xplane,pptrof\n", -EINVAL, 2,
+		 "[sessions] exports: unknown export format 'pptrof'"},
 		{"[sessions]\nmax_count = -1\n", -EINVAL, 2,
 		 "[sessions] max_count: '-1' is not a whole number"},
 		{"[sessions]\nmax_count = 100000001\n", -ERANGE, 2,

@@ -1,0 +1,151 @@
+#include "export.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "reader.h"
+#include "session.h"
+#include "writers.h"
+
+static const struct {
+	const char *name, *suffix;
+	int (*write)(struct rp_reader *, FILE *, struct rp_err *);
+} formats[RP_EXPORT_NFORMATS] = {
+	[RP_EXPORT_XPLANE] = { "xplane", ".xplane.pb", rp_write_xplane },
+	[RP_EXPORT_PERFETTO] = { "perfetto", ".pftrace", rp_write_perfetto },
+	[RP_EXPORT_PPROF] = { "pprof", ".cpu.pb.gz", rp_write_pprof },
+	[RP_EXPORT_JSON] = { "json", ".json", rp_write_json },
+	[RP_EXPORT_SUMMARY] = { "summary", ".summary.txt", rp_write_summary },
+};
+
+const char *rp_export_format_name(enum rp_export_format f)
+{
+	return f < RP_EXPORT_NFORMATS ? formats[f].name : "unknown";
+}
+
+const char *rp_export_suffix(enum rp_export_format f)
+{
+	return f < RP_EXPORT_NFORMATS ? formats[f].suffix : "";
+}
+
+int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err)
+{
+	unsigned m = 0;
+	const char *p = list;
+	if (strcmp(list, "all") == 0) {
+		*mask = RP_EXPORT_ALL;
+		return 0;
+	}
+	if (strcmp(list, "none") == 0) {
+		*mask = 0;
+		return 0;
+	}
+	while (*p) {
+		size_t n = strcspn(p, ",");
+		unsigned f = 0;
+		while (f < RP_EXPORT_NFORMATS &&
+		       (strlen(formats[f].name) != n || strncmp(formats[f].name, p, n) != 0))
+			f++;
+		if (f == RP_EXPORT_NFORMATS)
+			return rp_err_set(err, -EINVAL, "unknown export format '%.*s': known formats are "
+					  "xplane, perfetto, pprof, json, summary (a comma-separated "
+					  "list), all or none", (int)n, p);
+		m |= 1u << f;
+		p += n + (p[n] == ',');
+	}
+	if (!m)
+		return rp_err_set(err, -EINVAL, "empty export format list: name formats (xplane, "
+				  "perfetto, pprof, json, summary), all or none");
+	*mask = m;
+	return 0;
+}
+
+int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
+		   const char *path, struct rp_err *err)
+{
+	if (f >= RP_EXPORT_NFORMATS)
+		return rp_err_set(err, -EINVAL, "unknown export format %d", (int)f);
+	/* A temporary name beside the target, renamed into place when whole. */
+	char tmp[PATH_MAX];
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
+		return rp_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
+	struct rp_reader *r;
+	int rc = rp_reader_open(session_dir, manifest, NULL, &r, err);
+	if (rc < 0)
+		return rc;
+	FILE *out = fopen(tmp, "w");
+	if (!out) {
+		rc = -errno;
+		rp_reader_free(r);
+		return rp_err_set(err, rc, "cannot create %s: %s%s", tmp, strerror(-rc),
+				  rc == -EACCES ? " (write access to its directory is needed)" : "");
+	}
+	rc = formats[f].write(r, out, err);
+	if (rc == 0 && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) < 0))
+		rc = rp_err_set(err, errno ? -errno : -EIO, "cannot write %s: %s%s", tmp,
+				strerror(errno ? errno : EIO),
+				errno == ENOSPC ? " (free space on its file system, or export elsewhere "
+						  "with -o)" : "");
+	if (fclose(out) != 0 && rc == 0)
+		rc = rp_err_set(err, -errno, "cannot write %s: %s", tmp, strerror(errno));
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = rp_err_set(err, -errno, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+	if (rc < 0)
+		unlink(tmp);
+	rp_reader_free(r);
+	if (rc < 0)
+		rp_err_prefix(err, "%s export of %s (host %s)", formats[f].name, session_dir,
+			      json_string_value(json_object_get(manifest, "host")));
+	return rc;
+}
+
+/* The host name as it appears in the session's file names. */
+static void file_host(const char *host, char *out, size_t len)
+{
+	snprintf(out, len, "%s", host);
+	for (char *p = out; *p; p++)
+		if (*p == ':' || *p == '/')
+			*p = '_';
+}
+
+int rp_export_session(const char *session_dir, const char *host, unsigned mask,
+		      struct rp_err *err)
+{
+	json_t *all, *m;
+	int rc = rp_session_manifests(session_dir, &all, err), first = 0;
+	if (rc < 0)
+		return rc;
+	size_t i, found = 0;
+	json_array_foreach(all, i, m) {
+		const char *h = json_string_value(json_object_get(m, "host"));
+		if (!h || (host && strcmp(h, host) != 0))
+			continue;
+		found++;
+		char name[256], path[PATH_MAX];
+		file_host(h, name, sizeof(name));
+		for (unsigned f = 0; f < RP_EXPORT_NFORMATS; f++) {
+			if (!(mask & 1u << f))
+				continue;
+			snprintf(path, sizeof(path), "%s/%s%s", session_dir, name, formats[f].suffix);
+			struct rp_err ferr = { 0 };
+			rc = rp_export_host(session_dir, m, f, path, &ferr);
+			if (rc < 0 && first == 0) {
+				first = rc;
+				*err = ferr;
+			}
+		}
+	}
+	json_decref(all);
+	if (!found && first == 0 && host)
+		first = rp_err_set(err, -ENOENT, "%s holds no manifest of host %s: is the host name "
+				   "right, and is the session complete?", session_dir, host);
+	else if (!found && first == 0)
+		first = rp_err_set(err, -ENOENT, "%s holds no readable <host>.manifest.json: is it a "
+				   "ringprof session directory, and is the session complete?",
+				   session_dir);
+	return first;
+}

@@ -1,0 +1,49 @@
+/* Sessions written in the formats people open them with, from their raw
+ * chunks, one file per host in the session directory:
+ *
+ *   <host>.xplane.pb    XSpace: XProf / TensorBoard's Profile tab
+ *   <host>.pftrace      Perfetto's native trace (ui.perfetto.dev)
+ *   <host>.cpu.pb.gz    pprof CPU profile (go tool pprof)
+ *   <host>.json         trace events, counters and CPU samples for scripts
+ *   <host>.summary.txt  the text summary (see summary.h)
+ *
+ * Each file is written under a temporary name and renamed into place, so
+ * a reader never sees half a file and a failed export leaves no file.
+ * Every format streams: memory does not grow with the session's size. */
+#ifndef RINGPROF_EXPORT_H
+#define RINGPROF_EXPORT_H
+
+#include <jansson.h>
+
+#include "err.h"
+
+enum rp_export_format {
+	RP_EXPORT_XPLANE = 0,
+	RP_EXPORT_PERFETTO = 1,
+	RP_EXPORT_PPROF = 2,
+	RP_EXPORT_JSON = 3,
+	RP_EXPORT_SUMMARY = 4,
+	RP_EXPORT_NFORMATS = 5,
+};
+#define RP_EXPORT_ALL ((1u << RP_EXPORT_NFORMATS) - 1)
+
+/* "xplane", "perfetto", "pprof", "json", "summary". */
+const char *rp_export_format_name(enum rp_export_format f);
+/* The file name after "<host>": ".xplane.pb", ... */
+const char *rp_export_suffix(enum rp_export_format f);
+/* A comma-separated list of format names, "all" or "none", into a mask
+ * of (1 << format).  -EINVAL with a message naming the known formats. */
+int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err);
+
+/* One host's part (manifest: an element of rp_session_manifests) of the
+ * session in session_dir, in format f, to path. */
+int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
+		   const char *path, struct rp_err *err);
+
+/* Every format in mask for host's part of the session, written into
+ * the session directory as <host><suffix>; host NULL: every host's.
+ * Goes on past a format that fails; returns the first error. */
+int rp_export_session(const char *session_dir, const char *host, unsigned mask,
+		      struct rp_err *err);
+
+#endif

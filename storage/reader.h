@@ -1,0 +1,83 @@
+/* One host's part of a session, read back for export.
+ *
+ * Opening reads the metadata of every chunk of every device (process and
+ * thread names, command lines, executable mappings, the CPU sampling
+ * rate): what the window's events need, wherever in the session it was
+ * recorded.  rp_reader_each then hands the window's events to a callback,
+ * device by device in manifest order, each device's chunks in seq order
+ * (one thread's events are in time order; events of different threads or
+ * devices are not sorted against each other).
+ *
+ * Ranges are matched here, so that every format agrees on them: an end
+ * whose begin lies before the window is left out, and a range still open
+ * at the end of the window is closed there (truncated).  Begins are
+ * passed as they come; ends carry their begin's time, name and depth.
+ *
+ * Memory depends on the number of processes, threads, open ranges and
+ * mapped files, not on the session's size.  Timestamps are host clock
+ * (CLOCK_MONOTONIC) ns; wall clock = host + rp_reader_wall_offset_ns. */
+#ifndef RINGPROF_READER_H
+#define RINGPROF_READER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "event.h"
+#include "symbolize.h"
+
+struct rp_reader;
+
+/* manifest: one element of rp_session_manifests(session_dir) (borrowed
+ * for the reader's life).  sym: NULL for the defaults. */
+int rp_reader_open(const char *session_dir, json_t *manifest,
+		   const struct rp_symbolizer_opts *sym, struct rp_reader **out,
+		   struct rp_err *err);
+void rp_reader_free(struct rp_reader *r);
+
+json_t *rp_reader_manifest(const struct rp_reader *r);
+const char *rp_reader_host(const struct rp_reader *r);
+/* The requested window, host clock ns, both ends included. */
+uint64_t rp_reader_start_ns(const struct rp_reader *r);
+uint64_t rp_reader_end_ns(const struct rp_reader *r);
+int64_t rp_reader_wall_offset_ns(const struct rp_reader *r);
+
+size_t rp_reader_device_count(const struct rp_reader *r);
+/* As the rings name them: "host", "gpu0", "tpu1", "neuron0", ... */
+const char *rp_reader_device_name(const struct rp_reader *r, size_t device);
+
+/* Names recorded for a process or thread, NULL when none was. */
+const char *rp_reader_process_name(const struct rp_reader *r, uint32_t pid);
+const char *rp_reader_process_cmdline(const struct rp_reader *r, uint32_t pid);
+const char *rp_reader_thread_name(const struct rp_reader *r, uint32_t pid, uint32_t tid);
+/* The CPU sampling rate in force at ts (Hz), 0 when the session has none. */
+double rp_reader_sample_hz_at(const struct rp_reader *r, uint64_t ts);
+/* Names CPU sample frames; holds every recorded mapping. */
+struct rp_symbolizer *rp_reader_symbolizer(struct rp_reader *r);
+
+struct rp_reader_event {
+	const struct rp_event *ev; /* borrowed for the callback */
+	size_t device;             /* index, see rp_reader_device_name */
+	/* RP_EV_RANGE_BEGIN and RP_EV_RANGE_END: nesting depth on its thread,
+	 * 0 for a top-level range. */
+	unsigned depth;
+	/* RP_EV_RANGE_END only: */
+	uint64_t begin_ts;
+	const char *range_name;    /* the begin's name */
+	bool truncated;            /* closed at the window's end */
+};
+
+/* 0 to go on, or a negative errno that stops rp_reader_each. */
+typedef int (*rp_reader_fn)(void *ctx, const struct rp_reader_event *e);
+
+/* Every event of the window except the metadata kinds (process and
+ * thread names, command lines, mappings), which the accessors above give.
+ * Corrupt chunks are skipped and counted.  Returns 0, fn's error, or a
+ * negative errno when a file cannot be read.  May be called again. */
+int rp_reader_each(struct rp_reader *r, rp_reader_fn fn, void *ctx, struct rp_err *err);
+
+/* Chunks skipped as corrupt by the last rp_reader_each. */
+uint64_t rp_reader_corrupt_chunks(const struct rp_reader *r);
+
+#endif

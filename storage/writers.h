@@ -1,0 +1,18 @@
+/* The format writers behind export.h, one per file: each reads the
+ * session through a reader and writes its format to out.  Errors are a
+ * negative errno with a message (-EIO when out fails). */
+#ifndef RINGPROF_WRITERS_H
+#define RINGPROF_WRITERS_H
+
+#include <stdio.h>
+
+#include "err.h"
+#include "reader.h"
+
+int rp_write_xplane(struct rp_reader *r, FILE *out, struct rp_err *err);
+int rp_write_perfetto(struct rp_reader *r, FILE *out, struct rp_err *err);
+int rp_write_pprof(struct rp_reader *r, FILE *out, struct rp_err *err);
+int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err);
+int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err);
+
+#endif

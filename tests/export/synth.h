@@ -1,0 +1,21 @@
+/* A synthetic session with known content, for the exporters' tests and
+ * bench/export: steps of nested annotation ranges on two threads, host
+ * and device counters, CPU samples 60/30/10 in three functions of this
+ * program, GPU kernels, copies and runtime API calls.  The content is
+ * spelled out in make_session.c. */
+#ifndef RINGPROF_SYNTH_H
+#define RINGPROF_SYNTH_H
+
+#include <stddef.h>
+
+#define SYNTH_T0 1000000000ull
+#define SYNTH_WALL_OFFSET 1750000000000000000ll
+#define SYNTH_MS 1000000ull
+
+/* Writes OUTDIR/plugins/profile/synth/<host>.{manifest.json,host.chunks,
+ * gpu0.chunks}; the session directory goes to dir.  0 or -errno, with a
+ * message on stderr. */
+int synth_session(const char *outdir, const char *host, unsigned steps,
+		  unsigned samples_per_step, char *dir, size_t dir_len);
+
+#endif
