@@ -520,7 +520,8 @@ static int put_processes(struct jout *o)
 	for (size_t i = 0; o->threads && i <= o->threads_mask; i++)
 		if (o->threads[i].used)
 			sorted[n++] = o->threads[i];
-	qsort(sorted, n, sizeof(*sorted), by_key);
+	if (n)
+		qsort(sorted, n, sizeof(*sorted), by_key);
 	PUT(o, ",\n\"processes\":[");
 	o->first = true;
 	for (size_t i = 0; i < n;) {

@@ -314,7 +314,8 @@ int rp_reader_open(const char *session_dir, json_t *manifest, const struct rp_sy
 	for (size_t d = 0; d < r->ndevices; d++)
 		if ((rc = each_chunk_event(r, d, metadata_event, NULL, err)) < 0)
 			goto fail;
-	qsort(r->rates, r->nrates, sizeof(*r->rates), by_ts);
+	if (r->nrates)
+		qsort(r->rates, r->nrates, sizeof(*r->rates), by_ts);
 	r->corrupt = 0; /* counted again by rp_reader_each */
 	*out = r;
 	return 0;
@@ -450,6 +451,14 @@ static int window_event(struct rp_reader *r, size_t device, const struct rp_even
 	struct each_ctx *e = ctx;
 	if (is_metadata(ev->kind) || ev->ts < r->t0 || ev->ts > r->t1)
 		return 0;
+	if (ev->kind == RP_EV_CPU_SAMPLE && !ev->u.sample.frames) {
+		/* A sample without a stack: writers may copy its frames. */
+		static const uint64_t no_frames[1];
+		struct rp_event copy = *ev;
+		copy.u.sample.frames = no_frames;
+		struct rp_reader_event re = { .ev = &copy, .device = device };
+		return e->fn(e->ctx, &re);
+	}
 	if (ev->kind != RP_EV_RANGE_BEGIN && ev->kind != RP_EV_RANGE_END) {
 		struct rp_reader_event re = { .ev = ev, .device = device };
 		return e->fn(e->ctx, &re);

@@ -354,7 +354,8 @@ static const char *one_line(const char *s, char *buf, size_t cap)
 static void print_processes(FILE *out, struct tally *t)
 {
 	size_t n = pack(t->procs, t->procs_mask, sizeof(*t->procs), proc_used);
-	qsort(t->procs, n, sizeof(*t->procs), by_samples_desc);
+	if (n)
+		qsort(t->procs, n, sizeof(*t->procs), by_samples_desc);
 	if (!n || !t->procs[0].samples)
 		return;
 	fprintf(out, "\n%-16s %8s %8s %10s %7s  %s\n", "process", "pid", "samples", "cpu ms", "share",
@@ -416,7 +417,8 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 			json_integer_value(json_object_get(dev, "dropped")),
 			json_integer_value(json_object_get(dev, "lost_chunks")));
 
-	qsort(t->stats, t->nstats, sizeof(*t->stats), by_total_desc);
+	if (t->nstats)
+		qsort(t->stats, t->nstats, sizeof(*t->stats), by_total_desc);
 	bool header = false;
 	for (size_t k = 0; k < t->nstats; k++) {
 		const struct stat_entry *s = &t->stats[k];

@@ -299,7 +299,8 @@ static void load_symbols(struct file *f)
 			f->syms[f->nsyms++] = (struct fsym){ addr, sym.st_size, name,
 							     GELF_ST_BIND(sym.st_info) != STB_LOCAL };
 	}
-	qsort(f->syms, f->nsyms, sizeof(*f->syms), by_sym_addr);
+	if (f->nsyms)
+		qsort(f->syms, f->nsyms, sizeof(*f->syms), by_sym_addr);
 }
 
 /* The function holding vaddr: the last one starting at or before it, if
@@ -473,7 +474,8 @@ static void load_perf_map(struct rp_symbolizer *s, struct proc *p)
 	}
 	free(line);
 	fclose(fp);
-	qsort(p->jit, p->njit, sizeof(*p->jit), by_start);
+	if (p->njit)
+		qsort(p->jit, p->njit, sizeof(*p->jit), by_start);
 }
 
 static const struct jit_sym *find_jit(const struct proc *p, uint64_t ip)
@@ -560,7 +562,8 @@ static void load_kallsyms(struct rp_symbolizer *s)
 		s->st.kallsyms_zeroed = s->nksyms > 0;
 		s->nksyms = 0; /* every address 0: no use naming anything */
 	}
-	qsort(s->ksyms, s->nksyms, sizeof(*s->ksyms), by_addr);
+	if (s->nksyms)
+		qsort(s->ksyms, s->nksyms, sizeof(*s->ksyms), by_addr);
 }
 
 static void symbolize_kernel(struct rp_symbolizer *s, uint64_t ip, struct rp_symbol *out)
