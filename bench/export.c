@@ -80,7 +80,7 @@ static int child_run(const char *dir, int row, const char *out, int fd)
 			rp_reader_free(rd);
 		}
 	} else {
-		rc = rp_export_host(dir, m, (enum rp_export_format)(row - 1), out, &err);
+		rc = rp_export_host(dir, m, (enum rp_export_format)(row - 1), out, NULL, &err);
 	}
 	r.seconds = bench_now_s() - t0;
 	json_decref(all);
@@ -177,13 +177,17 @@ static int live(struct bench_daemon *d, const char *parent, double seconds, int 
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	double end = bench_now_s() + seconds + 2;
 	fprintf(stderr, PROG ": recording %.0f s with %ld CPUs busy\n", seconds, ncpu);
-	for (long i = 0; i < ncpu; i++)
-		if (fork() == 0) {
+	pid_t spinners[1024];
+	long n = 0;
+	for (; n < ncpu && n < 1024; n++)
+		if ((spinners[n] = fork()) == 0) {
 			spin_until(end);
 			_exit(0);
 		}
-	while (wait(NULL) > 0)
-		;
+	/* The daemon is a child too: wait for the spinners only. */
+	for (long i = 0; i < n; i++)
+		if (spinners[i] > 0)
+			waitpid(spinners[i], NULL, 0);
 	int rc = -1;
 	char body[64];
 	snprintf(body, sizeof(body), "%.0fs", seconds);

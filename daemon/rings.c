@@ -7,22 +7,48 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "hostmetrics.h"
 #include "parse.h"
 #ifdef RINGPROF_HAVE_SAMPLER
+#include <linux/types.h>
+
 #include "procinfo.h"
 #include "sampler.h"
+#include "sampler_record.h"
 
 _Static_assert(RP_CPU_SAMPLE_HZ_MAX == RP_SAMPLER_HZ_MAX,
 	       "the rates the configuration and the API take must be the sampler's");
 #endif
 
 #define REAP_INTERVAL_NS 1000000000ull
+/* After a round that took in no producer event and served no request,
+ * the ingest thread waits twice as long as the time before, up to 4 poll
+ * intervals or IDLE_WAIT_MAX_NS, whichever is less, but never less than
+ * one poll interval (40 ms at the 10 ms default); the first round that
+ * takes in a producer event goes back to poll_interval.  New producers,
+ * flushes and rate changes signal the thread: they are served at once
+ * whatever the wait.  What the longer wait risks:
+ * - a producer ring waking up from idle is drained at most one such wait
+ *   after its first event: a 1 MiB ring (the ring_size default) fills in
+ *   40 ms past 26 MB/s (in 10 ms, past 105 MB/s), and only in that first
+ *   wait; a full ring drops and counts.
+ * - the CPU sampler samples at its rate whatever the rings do, so its
+ *   samples do not end the back-off; instead the wait stays below the
+ *   time they take to fill half of its BPF ring buffer at worst (every
+ *   CPU busy, every stack max_depth deep): see sampler_fill_ns.
+ * - host metrics: the wait ends when they are due. */
+#define IDLE_WAIT_MAX_NS 50000000ull
+#define IDLE_WAIT_FACTOR 4
+/* The sampler's BPF ring buffer, set here so that the bound above knows
+ * it. */
+#define SAMPLER_RINGBUF (4u << 20)
 
 struct device {
 	char name[64];
@@ -49,10 +75,15 @@ struct rp_rings {
 	uint64_t sampler_lost_seen;
 	unsigned sampler_hz_recorded;    /* cpu_sampler_hz in the host ring */
 	struct sample_ctx *sample_ctx;
+	unsigned sampler_cpus;
 #endif
+	/* The longest the ingest thread may wait without draining (ingest
+	 * thread only): see IDLE_WAIT_MAX_NS. */
+	uint64_t idle_wait_max_ns;
 	struct rp_collector_info sampler_info; /* guarded by lock */
 	struct rp_hostmetrics *hostmetrics;    /* ingest thread only; NULL when off */
 	uint64_t hostmetrics_error_logged;
+	uint64_t hostmetrics_due;              /* when they are read next */
 	pthread_mutex_t devices_lock;    /* serialises device creation */
 	struct device *devices[RP_MAX_DEVICES];
 	atomic_uint ndevices;            /* entries below it are immutable */
@@ -199,8 +230,10 @@ static void poll_host_metrics(struct rp_rings *r)
 		return;
 	uint64_t now = rp_clock_now_ns();
 	struct rp_err err = { 0 };
-	if (rp_hostmetrics_poll(r->hostmetrics, now, to_drain, r->devices[0]->drain, &err) < 0 &&
-	    now - r->hostmetrics_error_logged > 60000000000ull) {
+	int rc = rp_hostmetrics_poll(r->hostmetrics, now, to_drain, r->devices[0]->drain, &err);
+	if (rc != 0) /* read, or failed to: either way the next try is an interval on */
+		r->hostmetrics_due = now + r->cfg->host_metrics_interval_ns;
+	if (rc < 0 && now - r->hostmetrics_error_logged > 60000000000ull) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 		r->hostmetrics_error_logged = now;
 	}
@@ -269,6 +302,37 @@ static void reap_processes(struct rp_rings *r)
 #endif
 }
 
+#ifdef RINGPROF_HAVE_SAMPLER
+/* How long samples at hz on every CPU take to fill half of the BPF ring
+ * buffer, each with a full stack (the ring buffer's 8-byte record header,
+ * the record, max_depth frames): 9.9 s at 99 Hz on 2 CPUs, 31 ms at
+ * 999 Hz on 64. */
+static uint64_t sampler_fill_ns(const struct rp_rings *r, unsigned hz)
+{
+	uint64_t record = 8 + offsetof(struct rp_sampler_record, frames) +
+			  8 * (uint64_t)r->cfg->sampler_depth;
+	uint64_t bytes_per_s = (uint64_t)hz * r->sampler_cpus * record;
+	return bytes_per_s ? SAMPLER_RINGBUF / 2 * 1000000000ull / bytes_per_s : UINT64_MAX;
+}
+#endif
+
+/* The longest wait of the back-off (see IDLE_WAIT_MAX_NS) with the
+ * sampler at hz. */
+static void set_idle_wait_max(struct rp_rings *r, unsigned hz)
+{
+	uint64_t poll = r->cfg->poll_interval_ns;
+	uint64_t max = IDLE_WAIT_FACTOR * poll < IDLE_WAIT_MAX_NS ? IDLE_WAIT_FACTOR * poll
+								 : IDLE_WAIT_MAX_NS;
+#ifdef RINGPROF_HAVE_SAMPLER
+	uint64_t fill = sampler_fill_ns(r, hz);
+	if (fill < max)
+		max = fill;
+#else
+	(void)hz;
+#endif
+	r->idle_wait_max_ns = max > poll ? max : poll;
+}
+
 /* CPU samples go to the host ring (device 0); samples the BPF ring buffer
  * lost become a drops event, so snapshots count them too.  want_hz (0:
  * none): the rate to sample at from now on; a failure to set it goes to
@@ -290,6 +354,7 @@ static void poll_sampler(struct rp_rings *r, unsigned want_hz, struct rp_err *hz
 	    rp_sampler_set_frequency(r->sampler, want_hz, hz_err) == 0) {
 		fprintf(stderr, "ringprofd: CPU sampler: %u Hz (was %u)\n", want_hz, st.frequency_hz);
 		st.frequency_hz = want_hz;
+		set_idle_wait_max(r, want_hz);
 	}
 	if (st.lost > r->sampler_lost_seen) {
 		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = rp_clock_now_ns(),
@@ -336,7 +401,10 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 		.cgroup_path = r->cfg->sampler_cgroup[0] ? r->cfg->sampler_cgroup : NULL,
 		.pids = r->cfg->sampler_pids,
 		.npids = r->cfg->sampler_npids,
+		.ringbuf_bytes = SAMPLER_RINGBUF,
 	};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN); /* those sampled: see sampler.h */
+	r->sampler_cpus = cpus > 0 ? (unsigned)cpus : 1;
 	r->sample_ctx = calloc(1, sizeof(*r->sample_ctx));
 	rc = r->sample_ctx ? rp_procinfo_new("/proc", &r->sample_ctx->procinfo, &serr)
 			   : rp_err_set(&serr, -ENOMEM, "out of memory");
@@ -350,6 +418,7 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 	if (rc == 0) {
 		snprintf(info->state, sizeof(info->state), "running");
 		info->frequency_hz = r->cfg->sampler_hz;
+		set_idle_wait_max(r, r->cfg->sampler_hz);
 		return 0;
 	}
 	snprintf(info->state, sizeof(info->state), "disabled");
@@ -369,14 +438,34 @@ static void start_host_metrics(struct rp_rings *r)
 		fprintf(stderr, "ringprofd: host metrics disabled: %s\n", err.msg);
 }
 
+/* The wait after a round, the last one having been wait_ns: back to
+ * poll_interval after a busy round, else twice as long up to
+ * idle_wait_max_ns, but no later than host metrics are due. */
+static uint64_t next_wait(const struct rp_rings *r, uint64_t wait_ns, bool busy)
+{
+	uint64_t poll = r->cfg->poll_interval_ns;
+	if (busy)
+		return poll;
+	wait_ns = 2 * wait_ns < r->idle_wait_max_ns ? 2 * wait_ns : r->idle_wait_max_ns;
+	if (r->hostmetrics && wait_ns > poll) {
+		uint64_t now = rp_clock_now_ns();
+		uint64_t due = r->hostmetrics_due > now ? r->hostmetrics_due - now : 0;
+		if (due < wait_ns)
+			wait_ns = due > poll ? due : poll;
+	}
+	return wait_ns;
+}
+
 static void *ingest_main(void *arg)
 {
 	struct rp_rings *r = arg;
 	uint64_t last_reap = rp_clock_now_ns();
 	uint64_t error_logged = 0;
+	uint64_t wait_ns = r->cfg->poll_interval_ns;
 	pthread_mutex_lock(&r->lock);
 	while (!r->stop) {
 		struct pending *pending = r->pending;
+		bool busy = pending != NULL;
 		r->pending = NULL;
 		/* Only requests not served yet: the counters only grow. */
 		uint64_t flush_wanted = r->flush_requested > r->flush_done ? r->flush_requested : 0;
@@ -384,6 +473,7 @@ static void *ingest_main(void *arg)
 		unsigned want_hz = hz_request ? r->sampler_hz_wanted : 0;
 		rp_drain_observer observer = r->observer;
 		void *observer_ctx = r->observer_ctx;
+		busy |= flush_wanted || hz_request;
 		pthread_mutex_unlock(&r->lock);
 
 		while (pending) {
@@ -404,8 +494,10 @@ static void *ingest_main(void *arg)
 		for (unsigned i = 0; i < n; i++) {
 			struct device *d = r->devices[i];
 			struct rp_err err = { 0 };
+			long taken = rp_drain_poll(d->drain, &err);
+			busy |= taken > 0;
 			/* A failing ring (disk error) must not flood the log. */
-			if (rp_drain_poll(d->drain, &err) < 0 && now - error_logged > 10000000000ull) {
+			if (taken < 0 && now - error_logged > 10000000000ull) {
 				fprintf(stderr, "ringprofd: ring %s: %s\n", d->name, err.msg);
 				error_logged = now;
 			}
@@ -439,7 +531,8 @@ static void *ingest_main(void *arg)
 		}
 		if (!r->stop && !r->pending && r->flush_requested == r->flush_done &&
 		    r->hz_requested == r->hz_done) {
-			rp_cond_wait_ns(&r->wake, &r->lock, r->cfg->poll_interval_ns);
+			wait_ns = next_wait(r, wait_ns, busy);
+			rp_cond_wait_ns(&r->wake, &r->lock, wait_ns);
 		}
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -530,6 +623,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 				r->devices[0] = host;
 			}
 	}
+	set_idle_wait_max(r, 0);
 	if (rc == 0)
 		rc = start_sampler(r, err);
 	if (rc == 0)

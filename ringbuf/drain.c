@@ -9,23 +9,47 @@
 
 #define DEFAULT_SEAL_INTERVAL_NS 1000000000ull
 #define CALIBRATION_REFRESH_NS 1000000000ull
-/* Bounds of the metadata repeated in every chunk: names, command lines
- * and sticky events, and (executable) mappings.  When full, the oldest
- * entries make room. */
+/* Bounds of the remembered metadata: names and command lines, sticky
+ * events, and (executable) mappings.  When full, the oldest entries make
+ * room. */
 #define MAX_NAMES 1024
 #define MAX_MAPPINGS 4096
+/* Buckets of a metadata set, by process (a thread name: by thread). */
+#define META_BUCKETS 1024
+#define NO_ENTRY UINT32_MAX
 
-/* Metadata repeated at the start of every chunk: ev as added, with its
- * name copied (ev.name is re-pointed at name when replayed). */
-struct sticky {
+/* Metadata written again into every chunk that needs it: ev as added,
+ * with its name copied (ev.name is re-pointed at name when replayed). */
+struct meta {
 	struct rp_event ev;
 	char name[RP_NAME_MAX + 1];
+	uint32_t prev, next; /* in the list of its bucket */
 };
 
 /* Entries of one kind of metadata; grown on demand up to cap. */
-struct sticky_set {
-	struct sticky *e;
+struct meta_set {
+	struct meta *e;
 	size_t n, alloc, cap, next_evict;
+	uint32_t head[META_BUCKETS];
+};
+
+/* Processes or threads whose metadata the open chunk holds: open
+ * addressing, emptied at every chunk by a new generation. */
+struct seen {
+	struct seen_slot {
+		uint64_t key;
+		uint32_t gen;
+	} *slot;
+	uint32_t mask, n, gen;
+	uint64_t last; /* the key found last, in front of the table */
+	uint32_t last_gen;
+};
+
+/* Whose each event of the open chunk is, should a split seal carry it
+ * over into the next chunk. */
+struct placed {
+	uint32_t pid, tid;
+	bool meta;
 };
 
 struct producer {
@@ -52,15 +76,27 @@ struct rp_drain {
 	struct rp_err *poll_err; /* where the drain callback reports */
 
 	/* Names, command lines and mappings are recorded once, when a
-	 * thread or process is first seen; repeating them in every chunk
-	 * keeps any window (and so any snapshot) able to name its threads
-	 * and symbolize its stacks. */
-	struct sticky_set names, maps;
-	size_t maps_replayed; /* where the next replay of maps starts */
+	 * thread or process is first seen; writing them again into every
+	 * chunk that holds events of the process (names of threads: of the
+	 * thread) keeps any window (and so any snapshot) able to name its
+	 * threads and symbolize its stacks.  Sticky events go into every
+	 * chunk. */
+	struct meta_set names, maps, sticky;
+	struct seen procs, threads;
+	struct placed *placed;
+	size_t nplaced, placed_cap;
+	size_t chunk_events;          /* in the open chunk, metadata not counted */
+	size_t meta_used, meta_budget; /* raw bytes of replayed metadata in it */
 
 	rp_drain_observer observer;
 	void *observer_ctx;
 };
+
+static void meta_set_init(struct meta_set *s, size_t cap)
+{
+	s->cap = cap;
+	memset(s->head, 0xff, sizeof(s->head));
+}
 
 int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 		 struct rp_drain **out, struct rp_err *err)
@@ -75,8 +111,10 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 							     : DEFAULT_SEAL_INTERVAL_NS;
 	d->chunk_cap = rp_ringfile_max_chunk(rf);
 	d->chunk_buf = malloc(d->chunk_cap);
-	d->names.cap = MAX_NAMES;
-	d->maps.cap = MAX_MAPPINGS;
+	meta_set_init(&d->names, MAX_NAMES);
+	meta_set_init(&d->maps, MAX_MAPPINGS);
+	meta_set_init(&d->sticky, MAX_NAMES);
+	d->procs.gen = d->threads.gen = 1;
 	int rc = d->chunk_buf ? rp_chunk_builder_new(rst.device_id, d->chunk_cap, &d->builder)
 			      : -ENOMEM;
 	if (rc < 0) {
@@ -93,45 +131,91 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 	return 0;
 }
 
-static bool replay_metadata(struct rp_drain *d, uint64_t ts);
+/* ---- remembered metadata ---- */
 
-static int seal_one(struct rp_drain *d, struct rp_err *err)
-{
-	size_t len;
-	int rc = rp_chunk_builder_seal(d->builder, rp_ringfile_next_seq(d->rf),
-				       rp_clock_wall_offset_ns(), d->chunk_buf, d->chunk_cap, &len);
-	if (rc < 0)
-		return rp_err_set(err, rc, "sealing a chunk failed: %s", strerror(-rc));
-	struct rp_chunk_header hdr;
-	rc = rp_chunk_header_check(d->chunk_buf, len, &hdr, err);
-	if (rc < 0)
-		return rc;
-	rc = rp_ringfile_append(d->rf, d->chunk_buf, len, err);
-	if (rc < 0)
-		return rc;
-	d->st.chunks++;
-	d->st.raw_bytes += hdr.raw_size;
-	d->st.comp_bytes += len;
-	d->chunk_opened_ns = rp_chunk_builder_count(d->builder) ? rp_clock_now_ns() : 0;
-	/* A split seal carried events over into the next chunk: it gets the
-	 * metadata after them. */
-	if (rp_chunk_builder_count(d->builder))
-		replay_metadata(d, rp_chunk_builder_opened_ts(d->builder));
-	return 0;
-}
-
-/* Names and process metadata are repeated in every chunk on their own;
- * other kinds only when added with rp_drain_add_sticky. */
+/* Names and process metadata are remembered on their own; other kinds
+ * only when added with rp_drain_add_sticky. */
 static bool is_metadata(const struct rp_event *ev)
 {
 	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_THREAD_NAME ||
 	       ev->kind == RP_EV_PROCESS_CMDLINE || ev->kind == RP_EV_MAPPING;
 }
 
+/* Metadata of a whole process rather than of one of its threads. */
+static bool is_process_meta(const struct rp_event *ev)
+{
+	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_PROCESS_CMDLINE ||
+	       ev->kind == RP_EV_MAPPING;
+}
+
+static uint32_t bucket(uint32_t pid, uint32_t tid)
+{
+	uint64_t h = ((uint64_t)pid * 0x9e3779b97f4a7c15ull ^ tid) * 0x9e3779b97f4a7c15ull;
+	return (uint32_t)(h >> 54); /* META_BUCKETS = 2^10 */
+}
+
+static uint32_t bucket_of(const struct rp_event *ev)
+{
+	return bucket(ev->pid, ev->kind == RP_EV_THREAD_NAME ? ev->tid : 0);
+}
+
+static void meta_link(struct meta_set *s, uint32_t i)
+{
+	uint32_t *head = &s->head[bucket_of(&s->e[i].ev)];
+	s->e[i].prev = NO_ENTRY;
+	s->e[i].next = *head;
+	if (*head != NO_ENTRY)
+		s->e[*head].prev = i;
+	*head = i;
+}
+
+/* Link i after entry after of its bucket (NO_ENTRY: first). */
+static void meta_link_after(struct meta_set *s, uint32_t i, uint32_t after)
+{
+	if (after == NO_ENTRY) {
+		meta_link(s, i);
+		return;
+	}
+	struct meta *e = &s->e[i];
+	e->prev = after;
+	e->next = s->e[after].next;
+	if (e->next != NO_ENTRY)
+		s->e[e->next].prev = i;
+	s->e[after].next = i;
+}
+
+static void meta_unlink(struct meta_set *s, uint32_t i)
+{
+	struct meta *e = &s->e[i];
+	if (e->prev != NO_ENTRY)
+		s->e[e->prev].next = e->next;
+	else
+		s->head[bucket_of(&e->ev)] = e->next;
+	if (e->next != NO_ENTRY)
+		s->e[e->next].prev = e->prev;
+}
+
+/* Remove entry i; the last entry moves into its place. */
+static void meta_remove(struct meta_set *s, uint32_t i)
+{
+	meta_unlink(s, i);
+	uint32_t last = (uint32_t)--s->n;
+	if (i == last)
+		return;
+	struct meta *e = &s->e[i];
+	*e = s->e[last];
+	if (e->prev != NO_ENTRY)
+		s->e[e->prev].next = i;
+	else
+		s->head[bucket_of(&e->ev)] = i;
+	if (e->next != NO_ENTRY)
+		s->e[e->next].prev = i;
+}
+
 /* Whether a replaces b: a mapping replaces the mappings of its process it
  * overlaps (the process mapped something else there); a name, the name of
  * its thread; any other sticky event, the one of the same name. */
-static bool replaces(const struct rp_event *a, const struct sticky *old)
+static bool replaces(const struct rp_event *a, const struct meta *old)
 {
 	const struct rp_event *b = &old->ev;
 	if (a->kind != b->kind || a->pid != b->pid)
@@ -146,90 +230,289 @@ static bool replaces(const struct rp_event *a, const struct sticky *old)
 	return strcmp(a->name ? a->name : "", old->name) == 0;
 }
 
-static void sticky_remove(struct sticky_set *s, size_t i)
-{
-	s->e[i] = s->e[--s->n];
-}
-
 /* Returns -ENOMEM when the set cannot grow (the event is then not
  * repeated, but still recorded once). */
-static int remember(struct rp_drain *d, const struct rp_event *ev)
+static int remember(struct meta_set *s, const struct rp_event *ev)
 {
-	struct sticky_set *s = ev->kind == RP_EV_MAPPING ? &d->maps : &d->names;
-	for (size_t i = 0; i < s->n;)
-		if (replaces(ev, &s->e[i]))
-			sticky_remove(s, i);
-		else
-			i++;
-	struct sticky *e;
+	/* What ev replaces shares its bucket. */
+	for (uint32_t i = s->head[bucket_of(ev)], next; i != NO_ENTRY; i = next) {
+		next = s->e[i].next;
+		if (replaces(ev, &s->e[i])) {
+			uint32_t last = (uint32_t)s->n - 1;
+			meta_remove(s, i);
+			if (next == last)
+				next = i;
+		}
+	}
+	uint32_t i;
 	if (s->n < s->cap) {
 		if (s->n == s->alloc) {
 			size_t alloc = s->alloc ? 2 * s->alloc : 16;
 			if (alloc > s->cap)
 				alloc = s->cap;
-			struct sticky *grown = realloc(s->e, alloc * sizeof(*grown));
+			struct meta *grown = realloc(s->e, alloc * sizeof(*grown));
 			if (!grown)
 				return -ENOMEM;
 			s->e = grown;
 			s->alloc = alloc;
 		}
-		e = &s->e[s->n++];
+		i = (uint32_t)s->n++;
 	} else {
-		e = &s->e[s->next_evict++ % s->cap]; /* full: the oldest entries make room */
+		i = (uint32_t)(s->next_evict++ % s->cap); /* full: the oldest entries make room */
+		meta_unlink(s, i);
 	}
+	struct meta *e = &s->e[i];
 	e->ev = *ev;
 	snprintf(e->name, sizeof(e->name), "%s", ev->name ? ev->name : "");
 	e->ev.name = NULL;
+	meta_link(s, i);
 	return 0;
 }
 
 void rp_drain_forget(struct rp_drain *d, uint32_t pid)
 {
-	struct sticky_set *sets[] = {&d->names, &d->maps};
-	for (size_t k = 0; k < 2; k++)
-		for (size_t i = 0; i < sets[k]->n;)
+	struct meta_set *sets[] = {&d->names, &d->maps, &d->sticky};
+	for (size_t k = 0; k < 3; k++)
+		for (uint32_t i = 0; i < sets[k]->n;)
 			if (sets[k]->e[i].ev.pid == pid)
-				sticky_remove(sets[k], i);
+				meta_remove(sets[k], i);
 			else
 				i++;
 }
 
-static bool replay_one(struct rp_drain *d, const struct sticky *e, uint64_t ts)
+/* ---- what the open chunk holds ---- */
+
+static void seen_clear(struct seen *s)
 {
+	s->n = 0;
+	if (++s->gen == 0) {
+		/* After 2^32 chunks the generation wraps: clear for real once. */
+		if (s->slot)
+			memset(s->slot, 0, (s->mask + 1) * sizeof(*s->slot));
+		s->gen = 1;
+		s->last_gen = 0;
+	}
+}
+
+static int seen_grow(struct seen *s)
+{
+	uint32_t size = s->slot ? 2 * (s->mask + 1) : 64;
+	struct seen_slot *slot = calloc(size, sizeof(*slot));
+	if (!slot)
+		return -ENOMEM;
+	for (uint32_t i = 0; s->slot && i <= s->mask; i++) {
+		if (s->slot[i].gen != s->gen)
+			continue;
+		uint32_t j = (uint32_t)(s->slot[i].key * 0x9e3779b97f4a7c15ull >> 32) & (size - 1);
+		while (slot[j].gen == s->gen)
+			j = (j + 1) & (size - 1);
+		slot[j] = s->slot[i];
+	}
+	free(s->slot);
+	s->slot = slot;
+	s->mask = size - 1;
+	return 0;
+}
+
+/* Whether key is new to the open chunk; it is then added.  Should the
+ * table not grow, everything is new: metadata is written again, never
+ * left out. */
+static bool seen_first(struct seen *s, uint64_t key)
+{
+	if (s->last == key && s->last_gen == s->gen)
+		return false;
+	if ((!s->slot || s->n >= (s->mask + 1) / 2) && seen_grow(s) < 0)
+		return true;
+	s->last = key;
+	s->last_gen = s->gen;
+	for (uint32_t i = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & s->mask;;
+	     i = (i + 1) & s->mask) {
+		if (s->slot[i].gen != s->gen) {
+			s->slot[i] = (struct seen_slot){ key, s->gen };
+			s->n++;
+			return true;
+		}
+		if (s->slot[i].key == key)
+			return false;
+	}
+}
+
+/* Add ev to the open chunk, noting whose it is. */
+static int chunk_add(struct rp_drain *d, const struct rp_event *ev, bool meta)
+{
+	if (d->nplaced == d->placed_cap) {
+		size_t cap = d->placed_cap ? 2 * d->placed_cap : 1024;
+		struct placed *grown = realloc(d->placed, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		d->placed = grown;
+		d->placed_cap = cap;
+	}
+	int rc = rp_chunk_builder_add(d->builder, ev);
+	if (rc == 0) {
+		d->placed[d->nplaced++] = (struct placed){ ev->pid, ev->tid, meta };
+		d->chunk_events += !meta;
+	}
+	return rc;
+}
+
+/* Write a remembered entry into the open chunk, stamped ts, within the
+ * chunk's metadata budget; -ENOSPC when it does not fit. */
+static int replay_one(struct rp_drain *d, const struct meta *e, uint64_t ts)
+{
+	if (d->meta_used >= d->meta_budget)
+		return -ENOSPC;
 	struct rp_event ev = e->ev;
 	ev.ts = ts;
 	ev.name = e->name;
-	return rp_chunk_builder_add(d->builder, &ev) == 0;
+	size_t room = rp_chunk_builder_room(d->builder);
+	int rc = chunk_add(d, &ev, true);
+	if (rc == 0)
+		d->meta_used += room - rp_chunk_builder_room(d->builder);
+	return rc;
 }
 
-/* Open a new chunk with the remembered metadata, stamped at ts, in at
- * most half of the chunk so that events always find room.  Names come
- * first; mappings that do not fit are replayed first in the next chunk,
- * so over a few chunks every one is.  Returns whether everything fit. */
-static bool replay_metadata(struct rp_drain *d, uint64_t ts)
+/* A new chunk: replayed metadata may take half of the room it has, so
+ * that events always find some; the sticky events come first. */
+static void open_chunk(struct rp_drain *d, uint64_t ts)
 {
-	size_t keep = rp_chunk_builder_room(d->builder) / 2;
-	for (size_t i = 0; i < d->names.n; i++)
-		if (rp_chunk_builder_room(d->builder) < keep || !replay_one(d, &d->names.e[i], ts))
-			return false;
-	for (size_t k = 0; k < d->maps.n; k++) {
-		size_t i = (d->maps_replayed + k) % d->maps.n;
-		if (rp_chunk_builder_room(d->builder) < keep || !replay_one(d, &d->maps.e[i], ts)) {
-			d->maps_replayed = i;
-			return false;
+	d->chunk_events = 0;
+	d->meta_used = 0;
+	d->meta_budget = rp_chunk_builder_room(d->builder) / 2;
+	for (size_t i = 0; i < d->sticky.n; i++)
+		if (replay_one(d, &d->sticky.e[i], ts) < 0)
+			break;
+}
+
+static bool belongs(const struct rp_event *ev, uint32_t pid, uint32_t tid, bool thread)
+{
+	return ev->pid == pid && (ev->kind == RP_EV_THREAD_NAME) == thread &&
+	       (!thread || ev->tid == tid);
+}
+
+/* Replay the entries of s of process pid (thread: the name of thread tid
+ * only), but those skip replaces (it follows them).  Returns -ENOSPC when
+ * they do not all fit and the chunk holds events already: seal it and
+ * start over in a new one.  In a chunk without events what does not fit
+ * is left out, and comes first the next time. */
+static int replay_entries(struct rp_drain *d, struct meta_set *s, uint32_t pid, uint32_t tid,
+			  bool thread, const struct rp_event *skip, uint64_t ts)
+{
+	for (uint32_t i = s->head[bucket(pid, thread ? tid : 0)], next; i != NO_ENTRY; i = next) {
+		next = s->e[i].next;
+		if (!belongs(&s->e[i].ev, pid, tid, thread) || (skip && replaces(skip, &s->e[i])))
+			continue;
+		if (replay_one(d, &s->e[i], ts) == 0)
+			continue;
+		if (d->chunk_events)
+			return -ENOSPC;
+		/* To the front of the bucket, in order: over a few chunks
+		 * every entry is written. */
+		for (uint32_t after = NO_ENTRY; i != NO_ENTRY; i = next) {
+			next = s->e[i].next;
+			if (belongs(&s->e[i].ev, pid, tid, thread)) {
+				meta_unlink(s, i);
+				meta_link_after(s, i, after);
+				after = i;
+			}
+		}
+		return 0;
+	}
+	return 0;
+}
+
+/* Write the metadata of process pid (and of thread tid, unless
+ * process_only) that the open chunk does not hold yet: names first, the
+ * mappings, which may not all fit, last. */
+static int introduce(struct rp_drain *d, uint32_t pid, uint32_t tid, bool process_only,
+		     const struct rp_event *skip, uint64_t ts)
+{
+	bool thread = !process_only && seen_first(&d->threads, (uint64_t)pid << 32 | tid);
+	if (!process_only && !thread)
+		return 0; /* the thread is there, so is its process */
+	bool process = seen_first(&d->procs, pid);
+	int rc = 0;
+	if (process)
+		rc = replay_entries(d, &d->names, pid, 0, false, skip, ts);
+	if (rc == 0 && thread)
+		rc = replay_entries(d, &d->names, pid, tid, true, skip, ts);
+	if (rc == 0 && process)
+		rc = replay_entries(d, &d->maps, pid, 0, false, skip, ts);
+	return rc;
+}
+
+/* The builder sealed a chunk: the next one holds no metadata yet.  Events
+ * a split seal carried over open it; their metadata follows them, as far
+ * as it fits. */
+static void carry_over(struct rp_drain *d)
+{
+	seen_clear(&d->procs);
+	seen_clear(&d->threads);
+	size_t carried = rp_chunk_builder_count(d->builder);
+	size_t first = d->nplaced > carried ? d->nplaced - carried : 0;
+	memmove(d->placed, d->placed + first, (d->nplaced - first) * sizeof(*d->placed));
+	d->nplaced -= first;
+	size_t n = d->nplaced;
+	if (!n)
+		return;
+	uint64_t ts = rp_chunk_builder_opened_ts(d->builder);
+	open_chunk(d, ts);
+	for (size_t i = 0; i < n; i++)
+		d->chunk_events += !d->placed[i].meta;
+	for (size_t i = 0; i < n; i++) {
+		if (!d->placed[i].meta &&
+		    introduce(d, d->placed[i].pid, d->placed[i].tid, false, NULL, ts) < 0) {
+			/* No room left: the next event that needs metadata
+			 * seals this chunk and opens one of its own. */
+			seen_clear(&d->procs);
+			seen_clear(&d->threads);
+			return;
 		}
 	}
-	return true;
 }
 
-/* Add one event in host ns, sealing as often as the builder asks. */
+static int seal_one(struct rp_drain *d, struct rp_err *err)
+{
+	size_t len;
+	int rc = rp_chunk_builder_seal(d->builder, rp_ringfile_next_seq(d->rf),
+				       rp_clock_wall_offset_ns(), d->chunk_buf, d->chunk_cap, &len);
+	if (rc < 0) {
+		/* What the open chunk holds is not known for sure any more:
+		 * metadata is written again. */
+		seen_clear(&d->procs);
+		seen_clear(&d->threads);
+		return rp_err_set(err, rc, "sealing a chunk failed: %s", strerror(-rc));
+	}
+	carry_over(d);
+	struct rp_chunk_header hdr;
+	rc = rp_chunk_header_check(d->chunk_buf, len, &hdr, err);
+	if (rc < 0)
+		return rc;
+	rc = rp_ringfile_append(d->rf, d->chunk_buf, len, err);
+	if (rc < 0)
+		return rc;
+	d->st.chunks++;
+	d->st.raw_bytes += hdr.raw_size;
+	d->st.comp_bytes += len;
+	d->chunk_opened_ns = rp_chunk_builder_count(d->builder) ? rp_clock_now_ns() : 0;
+	return 0;
+}
+
+/* Add one event in host ns, after the metadata the chunk needs for it,
+ * sealing as often as the builder asks. */
 static int add_event(struct rp_drain *d, const struct rp_event *ev, struct rp_err *err)
 {
-	bool remembered = is_metadata(ev) && remember(d, ev) == 0;
+	bool meta = is_metadata(ev);
+	if (meta)
+		remember(ev->kind == RP_EV_MAPPING ? &d->maps : &d->names, ev);
 	for (int tries = 0;; tries++) {
-		if (rp_chunk_builder_count(d->builder) == 0 && replay_metadata(d, ev->ts) && remembered)
-			break; /* the replay included it */
-		int rc = rp_chunk_builder_add(d->builder, ev);
+		if (rp_chunk_builder_count(d->builder) == 0)
+			open_chunk(d, ev->ts);
+		/* Metadata goes before the events that need it, so that the
+		 * prefix a split seals holds what its events need. */
+		int rc = introduce(d, ev->pid, ev->tid, is_process_meta(ev), meta ? ev : NULL, ev->ts);
+		if (rc == 0)
+			rc = chunk_add(d, ev, meta);
 		if (rc == 0)
 			break;
 		if (rc != -ENOSPC || tries > 8)
@@ -257,7 +540,7 @@ int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev, struct rp
 	if (ev->kind == RP_EV_CPU_SAMPLE)
 		return rp_err_set(err, -EINVAL, "a CPU sample cannot be repeated in every chunk");
 	int rc = add_event(d, ev, err);
-	if (rc == 0 && !is_metadata(ev) && remember(d, ev) < 0)
+	if (rc == 0 && !is_metadata(ev) && remember(&d->sticky, ev) < 0)
 		return rp_err_set(err, -ENOMEM, "out of memory remembering a %s event",
 				  rp_event_kind_name(ev->kind));
 	return rc;
@@ -414,5 +697,9 @@ void rp_drain_free(struct rp_drain *d)
 	free(d->chunk_buf);
 	free(d->names.e);
 	free(d->maps.e);
+	free(d->sticky.e);
+	free(d->procs.slot);
+	free(d->threads.slot);
+	free(d->placed);
 	free(d);
 }

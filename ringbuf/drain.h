@@ -48,17 +48,22 @@ int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx),
 		  void *ctx);
 
 /* Add an event produced inside this process (ts in host ns).  Process
- * and thread names, command lines and mappings are also repeated in every
- * later chunk, so that any window can name threads and symbolize stacks;
- * a mapping replaces the ones of its process it overlaps.  Bounded: 1024
- * names, 4096 mappings (the oldest make room); the repeats take at most
- * half of a chunk, mappings that do not fit come first in the next one;
- * a chunk filled by events a split seal carried over gets none. */
+ * and thread names, command lines and mappings are also remembered: every
+ * later chunk holding an event of a process gets its command line, name
+ * and mappings, and the name of each of its threads with events there,
+ * ahead of the first such event, so that any window can name threads and
+ * symbolize stacks; a mapping replaces the ones of its process it
+ * overlaps.  Bounded: 1024 names, 4096 mappings (the oldest make room);
+ * the repeats take at most half of a chunk: when they do not fit, the
+ * chunk is sealed and the event opens the next one, and a process whose
+ * metadata alone passes half a chunk gets what fits, the rest first the
+ * next time.  Events a split seal carries over get theirs after them, as
+ * far as it fits. */
 int rp_drain_add(struct rp_drain *d, const struct rp_event *ev,
 		 struct rp_err *err);
-/* Add ev and repeat it at the start of every later chunk, like a name,
- * until an event of the same kind, pid, tid and name replaces it (e.g.
- * the sampling frequency).  Not for CPU samples (-EINVAL). */
+/* Add ev and repeat it at the start of every later chunk, whatever its
+ * events, until an event of the same kind, pid, tid and name replaces it
+ * (e.g. the sampling frequency).  Not for CPU samples (-EINVAL). */
 int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev,
 			struct rp_err *err);
 /* Stop repeating the names, mappings and sticky events of process pid

@@ -240,8 +240,8 @@ static void test_reap_drains_first(void **state)
 	assert_true(c.next == 100);
 }
 
-/* A thread named once is named again in every later chunk, so any window
- * (and so any snapshot) can name it. */
+/* A thread named once is named again in every later chunk with its
+ * events, so any window (and so any snapshot) can name it. */
 static void test_names_repeat_in_every_chunk(void **state)
 {
 	struct fixture *f = *state;
@@ -280,11 +280,6 @@ static void test_names_repeat_in_every_chunk(void **state)
 	rp_ringfile_iter_free(it);
 }
 
-/* What one chunk repeats of the process metadata below. */
-struct chunk_meta {
-	int cmdlines, hz, map_a, map_b, map_c, counters;
-};
-
 static void scan_chunks(struct rp_ringfile *rf, void (*fn)(void *ctx, int chunk,
 							    const struct rp_event *ev),
 			void *ctx)
@@ -308,6 +303,116 @@ static void scan_chunks(struct rp_ringfile *rf, void (*fn)(void *ctx, int chunk,
 	rp_ringfile_iter_free(it);
 }
 
+static bool is_meta_kind(uint8_t kind)
+{
+	return kind == RP_EV_PROCESS_NAME || kind == RP_EV_THREAD_NAME ||
+	       kind == RP_EV_PROCESS_CMDLINE || kind == RP_EV_MAPPING;
+}
+
+/* What one chunk holds of processes A (pid 20, thread 21) and B (pid 30,
+ * threads 31 and 32), and whether each one's metadata came before its
+ * first event there. */
+struct two_procs {
+	struct {
+		int name, cmdline, map, thread, thread2, events;
+		bool late; /* metadata after an event of the process */
+	} p[2];
+	int hz;
+};
+
+static void count_two(void *ctx, int chunk, const struct rp_event *ev)
+{
+	assert_true(chunk < 64);
+	struct two_procs *c = &((struct two_procs *)ctx)[chunk];
+	c->hz += ev->kind == RP_EV_COUNTER && !strcmp(ev->name, "cpu_sampler_hz");
+	if (ev->pid != 20 && ev->pid != 30)
+		return;
+	int k = ev->pid == 30;
+	uint32_t tid = k ? 31 : 21;
+	c->p[k].late |= is_meta_kind(ev->kind) && c->p[k].events > 0;
+	c->p[k].name += ev->kind == RP_EV_PROCESS_NAME && !strcmp(ev->name, k ? "b" : "a");
+	c->p[k].cmdline += ev->kind == RP_EV_PROCESS_CMDLINE;
+	c->p[k].map += ev->kind == RP_EV_MAPPING && !strcmp(ev->name, k ? "/usr/bin/b" : "/usr/bin/a");
+	c->p[k].thread += ev->kind == RP_EV_THREAD_NAME && ev->tid == tid;
+	c->p[k].thread2 += ev->kind == RP_EV_THREAD_NAME && ev->tid == 32;
+	c->p[k].events += ev->kind == RP_EV_COUNTER;
+}
+
+static void add_counters(struct rp_drain *d, uint32_t pid, uint32_t tid, int n, uint64_t *ts)
+{
+	for (int i = 0; i < n; i++) {
+		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++*ts, .pid = pid, .tid = tid,
+				       .name = "seq", .u.counter.value = i };
+		assert_int_equal(rp_drain_add(d, &ev, NULL), 0);
+	}
+}
+
+/* A chunk holds the metadata of the processes and threads it has events
+ * of, ahead of their first event there, and no other's: A's alone where
+ * only A has events, A's and B's where both have, and a long-lived
+ * process's in every chunk of its events. */
+static void test_metadata_only_where_needed(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ts = rp_clock_now_ns();
+	struct rp_event meta[] = {
+		{ .kind = RP_EV_PROCESS_NAME, .ts = ts, .pid = 20, .tid = 20, .name = "a" },
+		{ .kind = RP_EV_PROCESS_CMDLINE, .ts = ts, .pid = 20, .tid = 20, .name = "a --x" },
+		{ .kind = RP_EV_MAPPING, .ts = ts, .pid = 20, .tid = 20, .name = "/usr/bin/a",
+		  .u.mapping = { .start = 0x1000, .end = 0x2000 } },
+		{ .kind = RP_EV_THREAD_NAME, .ts = ts, .pid = 20, .tid = 21, .name = "a-main" },
+		{ .kind = RP_EV_PROCESS_NAME, .ts = ts, .pid = 30, .tid = 30, .name = "b" },
+		{ .kind = RP_EV_PROCESS_CMDLINE, .ts = ts, .pid = 30, .tid = 30, .name = "b --y" },
+		{ .kind = RP_EV_MAPPING, .ts = ts, .pid = 30, .tid = 30, .name = "/usr/bin/b",
+		  .u.mapping = { .start = 0x1000, .end = 0x2000 } },
+		{ .kind = RP_EV_THREAD_NAME, .ts = ts, .pid = 30, .tid = 31, .name = "b-1" },
+		{ .kind = RP_EV_THREAD_NAME, .ts = ts, .pid = 30, .tid = 32, .name = "b-2" },
+	};
+	for (size_t i = 0; i < sizeof(meta) / sizeof(meta[0]); i++)
+		assert_int_equal(rp_drain_add(f->drain, &meta[i], NULL), 0);
+	struct rp_event hz = { .kind = RP_EV_COUNTER, .ts = ts, .name = "cpu_sampler_hz",
+			       .u.counter.value = 99 };
+	assert_int_equal(rp_drain_add_sticky(f->drain, &hz, NULL), 0);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);         /* chunk 0 */
+	add_counters(f->drain, 20, 21, 10, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);         /* 1: A */
+	add_counters(f->drain, 20, 21, 10, &ts);
+	add_counters(f->drain, 30, 31, 10, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);         /* 2: A and B */
+	add_counters(f->drain, 30, 31, 10, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);         /* 3: B */
+	add_counters(f->drain, 20, 21, 200000, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);         /* 4...: A */
+	struct rp_drain_stats st;
+	rp_drain_stats(f->drain, &st);
+	assert_true(st.chunks > 6 && st.chunks < 64);
+
+	struct two_procs c[64] = { 0 };
+	scan_chunks(f->rf, count_two, c);
+	for (int k = 0; k < 2; k++) { /* recorded once, where added */
+		assert_int_equal(c[0].p[k].name + c[0].p[k].cmdline + c[0].p[k].map, 3);
+		assert_int_equal(c[0].p[k].thread, 1);
+	}
+	for (int i = 1; i < (int)st.chunks; i++) {
+		assert_int_equal(c[i].hz, 1);
+		for (int k = 0; k < 2; k++) {
+			bool has = c[i].p[k].events > 0;
+			assert_true(has == (k == 0 ? i != 3 : i == 2 || i == 3));
+			assert_int_equal(c[i].p[k].name, has);
+			assert_int_equal(c[i].p[k].cmdline, has);
+			assert_int_equal(c[i].p[k].map, has);
+			assert_int_equal(c[i].p[k].thread, has);
+			assert_int_equal(c[i].p[k].thread2, 0); /* a thread without events */
+			assert_false(c[i].p[k].late);
+		}
+	}
+}
+
+/* What one chunk repeats of the process metadata below. */
+struct chunk_meta {
+	int cmdlines, hz, map_a, map_b, map_c, counters;
+};
+
 static void count_meta(void *ctx, int chunk, const struct rp_event *ev)
 {
 	struct chunk_meta *m = &((struct chunk_meta *)ctx)[chunk];
@@ -325,8 +430,8 @@ static void count_meta(void *ctx, int chunk, const struct rp_event *ev)
 	m->map_c += ev->pid == 11;
 }
 
-/* Command lines, mappings and sticky events are repeated in every chunk
- * like names; a mapping replaces the ones it overlaps; forgetting a
+/* Command lines and mappings are repeated like names, sticky events in
+ * every chunk; a mapping replaces the ones it overlaps; forgetting a
  * process stops its repeats. */
 static void test_process_metadata_repeats(void **state)
 {
@@ -353,8 +458,9 @@ static void test_process_metadata_repeats(void **state)
 	assert_int_equal(rp_drain_add_sticky(f->drain, &sample, NULL), -EINVAL);
 	int forgot_at = -1;
 	for (int i = 0; i < 200000; i++) {
-		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = 9, .tid = 10,
-				       .name = "seq", .u.counter.value = i };
+		/* Both processes have events in every chunk. */
+		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = i % 2 ? 11 : 9,
+				       .tid = i % 2 ? 12 : 10, .name = "seq", .u.counter.value = i };
 		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
 		if (i == 100000) {
 			struct rp_drain_stats st;
@@ -396,14 +502,15 @@ static void count_rotation(void *ctx, int chunk, const struct rp_event *ev)
 	}
 	if (ev->kind == RP_EV_MAPPING) {
 		r->meta[chunk]++;
-		r->seen[chunk][ev->pid - 1000] = 1;
+		r->seen[chunk][(ev->u.mapping.start - 0x400000) >> 12] = 1;
 	}
 	r->counters[chunk] += ev->kind == RP_EV_COUNTER;
 }
 
-/* More mappings than half a chunk holds: each chunk repeats what fits in
- * half of it, and the next chunk goes on where it stopped, so every
- * mapping keeps coming back and events always find room. */
+/* A process with more mappings than half a chunk holds: each chunk of its
+ * events repeats what fits in half of it, and the next one starts with
+ * those left out, so every mapping keeps coming back and events always
+ * find room. */
 static void test_metadata_replay_is_bounded(void **state)
 {
 	struct fixture *f = *state;
@@ -412,9 +519,10 @@ static void test_metadata_replay_is_bounded(void **state)
 	char path[RP_NAME_MAX + 1];
 	for (int i = 0; i < N; i++) {
 		snprintf(path, sizeof(path), "/opt/a/long/path/to/library/number/%d/%0180d.so", i, i);
-		struct rp_event ev = { .kind = RP_EV_MAPPING, .ts = ts, .pid = 1000 + (uint32_t)i,
-				       .tid = 1000 + (uint32_t)i, .name = path,
-				       .u.mapping = { .start = 0x400000, .end = 0x500000 } };
+		uint64_t start = 0x400000 + ((uint64_t)i << 12);
+		struct rp_event ev = { .kind = RP_EV_MAPPING, .ts = ts, .pid = 9, .tid = 9,
+				       .name = path,
+				       .u.mapping = { .start = start, .end = start + 0x1000 } };
 		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
 	}
 	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
@@ -435,7 +543,7 @@ static void test_metadata_replay_is_bounded(void **state)
 	uint8_t seen[N] = { 0 };
 	int without = 0;
 	for (int c = first + 1; c < r.chunks - 1; c++) {
-		assert_true(r.meta[c] < N / 4);    /* a part of them */
+		assert_true(r.meta[c] < N / 2);    /* a part of them */
 		assert_true(r.counters[c] > 1000); /* and room for events */
 		without += r.meta[c] == 0;         /* only events carried over from a split */
 		for (int i = 0; i < N; i++)
@@ -446,6 +554,160 @@ static void test_metadata_replay_is_bounded(void **state)
 		assert_int_equal(seen[i], 1);
 	for (int c = 0; c < r.chunks; c++)
 		free(r.seen[c]);
+}
+
+enum { NPROCS = 400, NMAPS = 6 };
+
+/* Per chunk: which of the processes below it has described so far. */
+struct described {
+	int chunk, chunks, events;
+	uint8_t name[NPROCS], thread[NPROCS], maps[NPROCS];
+};
+
+static void check_described(void *ctx, int chunk, const struct rp_event *ev)
+{
+	struct described *d = ctx;
+	if (chunk != d->chunk) {
+		memset(d->name, 0, sizeof(d->name));
+		memset(d->thread, 0, sizeof(d->thread));
+		memset(d->maps, 0, sizeof(d->maps));
+		d->chunk = chunk;
+		d->chunks++;
+	}
+	assert_true(ev->pid >= 1000 && ev->pid < 1000 + NPROCS);
+	uint32_t k = ev->pid - 1000;
+	d->name[k] |= ev->kind == RP_EV_PROCESS_NAME;
+	d->thread[k] |= ev->kind == RP_EV_THREAD_NAME && ev->tid == ev->pid + 5000;
+	d->maps[k] += ev->kind == RP_EV_MAPPING;
+	if (ev->kind == RP_EV_COUNTER) {
+		assert_true(d->name[k] && d->thread[k] && d->maps[k] >= NMAPS);
+		d->events++;
+	}
+}
+
+/* When the metadata of the processes a chunk has events of passes half
+ * of it, the chunk is sealed early: every chunk still names, ahead of
+ * them, every process and thread it has events of. */
+static void test_every_chunk_describes_its_events(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ts = rp_clock_now_ns();
+	char path[RP_NAME_MAX + 1];
+	for (uint32_t p = 1000; p < 1000 + NPROCS; p++) {
+		struct rp_event name = { .kind = RP_EV_PROCESS_NAME, .ts = ts, .pid = p, .tid = p,
+					 .name = "worker" };
+		struct rp_event thread = { .kind = RP_EV_THREAD_NAME, .ts = ts, .pid = p,
+					   .tid = p + 5000, .name = "worker-main" };
+		assert_int_equal(rp_drain_add(f->drain, &name, NULL), 0);
+		assert_int_equal(rp_drain_add(f->drain, &thread, NULL), 0);
+		for (int i = 0; i < NMAPS; i++) {
+			snprintf(path, sizeof(path), "/opt/a/long/path/to/%u/library/%d/%0160u.so",
+				 p, i, p * 7 + (uint32_t)i);
+			uint64_t start = 0x400000 + ((uint64_t)i << 20);
+			struct rp_event ev = { .kind = RP_EV_MAPPING, .ts = ts, .pid = p, .tid = p,
+					       .name = path,
+					       .u.mapping = { .start = start, .end = start + 0x1000 } };
+			assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+		}
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	for (int round = 0; round < 100; round++)
+		for (uint32_t p = 1000; p < 1000 + NPROCS; p++) {
+			struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = p,
+					       .tid = p + 5000, .name = "seq",
+					       .u.counter.value = round };
+			assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+		}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	static struct described d = { .chunk = -1 };
+	scan_chunks(f->rf, check_described, &d);
+	assert_int_equal(d.events, 100 * NPROCS);
+	assert_true(d.chunks > 100); /* each holds what fits of the processes */
+}
+
+/* Per chunk: whether it began with events a split seal carried over,
+ * and which of the processes below it has events of but does not
+ * describe. */
+struct carried {
+	int chunk, carried, undescribed;
+	bool first;
+	uint8_t events[10], described[10];
+};
+
+static void end_chunk(struct carried *c)
+{
+	for (int k = 0; k < 10; k++)
+		c->undescribed += c->events[k] && c->described[k] != 7;
+	memset(c->events, 0, sizeof(c->events));
+	memset(c->described, 0, sizeof(c->described));
+}
+
+static void check_carried(void *ctx, int chunk, const struct rp_event *ev)
+{
+	struct carried *c = ctx;
+	if (chunk != c->chunk) {
+		end_chunk(c);
+		c->chunk = chunk;
+		c->first = true;
+	}
+	/* Otherwise a chunk starts with the metadata of its first event. */
+	c->carried += c->first && ev->kind == RP_EV_COUNTER;
+	c->first = false;
+	uint32_t k = ev->pid - 1000;
+	assert_true(k < 10);
+	c->described[k] |= (ev->kind == RP_EV_PROCESS_NAME) | (ev->kind == RP_EV_MAPPING) << 1 |
+			   (ev->kind == RP_EV_THREAD_NAME) << 2;
+	c->events[k] |= ev->kind == RP_EV_COUNTER;
+}
+
+static uint64_t xorshift(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* Events that compress worse than the chunk before them split the seal:
+ * the events that did not fit are carried over into the next chunk, which
+ * gets their metadata after them.  Here the split is in the flush, so no
+ * later event brings that metadata instead. */
+static void test_split_keeps_metadata(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ts = rp_clock_now_ns();
+	for (uint32_t p = 1000; p < 1010; p++) {
+		struct rp_event meta[] = {
+			{ .kind = RP_EV_PROCESS_NAME, .ts = ts, .pid = p, .tid = p, .name = "w" },
+			{ .kind = RP_EV_THREAD_NAME, .ts = ts, .pid = p, .tid = p + 1, .name = "wt" },
+			{ .kind = RP_EV_MAPPING, .ts = ts, .pid = p, .tid = p, .name = "/usr/lib/x.so",
+			  .u.mapping = { .start = 0x1000, .end = 0x2000 } },
+		};
+		for (size_t i = 0; i < 3; i++)
+			assert_int_equal(rp_drain_add(f->drain, &meta[i], NULL), 0);
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	/* A run of one name, then every other name random. */
+	uint64_t x = 88172645463325252ull;
+	char name[40];
+	for (int i = 0; i < 103000; i++) {
+		bool random = i >= 100000 && xorshift(&x) % 2 == 0;
+		if (random) {
+			uint64_t a = xorshift(&x);
+			snprintf(name, sizeof(name), "%016llx%016llx", (unsigned long long)a,
+				 (unsigned long long)xorshift(&x));
+		}
+		uint32_t p = 1000 + (uint32_t)(i / 7 % 10);
+		struct rp_event ev = { .kind = RP_EV_COUNTER, .ts = ++ts, .pid = p, .tid = p + 1,
+				       .name = random ? name : "seq", .u.counter.value = i };
+		assert_int_equal(rp_drain_add(f->drain, &ev, NULL), 0);
+	}
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	struct carried c = { .chunk = -1 };
+	scan_chunks(f->rf, check_carried, &c);
+	end_chunk(&c);
+	assert_true(c.carried > 0);
+	assert_int_equal(c.undescribed, 0);
 }
 
 struct writer_arg {
@@ -527,8 +789,11 @@ int main(void)
 		cmocka_unit_test(test_seal_by_age_and_flush),
 		cmocka_unit_test_setup_teardown(test_reap_drains_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_repeat_in_every_chunk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metadata_only_where_needed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_process_metadata_repeats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metadata_replay_is_bounded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_every_chunk_describes_its_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_split_keeps_metadata, setup, teardown),
 		cmocka_unit_test(test_concurrent_reader),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
