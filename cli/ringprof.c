@@ -35,7 +35,7 @@
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, N_OPTS
+	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -57,6 +57,7 @@ static const struct option all_options[N_OPTS] = {
 	[O_FORMAT] = { "format", required_argument, NULL, OPT_BASE + O_FORMAT },
 	[O_OUTPUT] = { "output", required_argument, NULL, 'o' },
 	[O_HOST] = { "host", required_argument, NULL, OPT_BASE + O_HOST },
+	[O_GROUP] = { "group", required_argument, NULL, OPT_BASE + O_GROUP },
 };
 
 #define BIT(o) (1u << (o))
@@ -910,6 +911,13 @@ static int cmd_export(const struct command *cmd, struct args *a)
 		return usage_error(cmd, "--format: %s", err.msg);
 	if (!mask)
 		return usage_error(cmd, "--format none exports nothing: name a format");
+	struct rp_export_opts opts = { 0 };
+	if (a->val[O_GROUP] &&
+	    rp_export_parse_grouping(a->val[O_GROUP], &opts.perfetto_grouping, &err) < 0)
+		return usage_error(cmd, "--group: %s", err.msg);
+	if (a->val[O_GROUP] && !(mask & 1u << RP_EXPORT_PERFETTO))
+		return usage_error(cmd, "--group groups the Perfetto trace's tracks: add perfetto "
+				   "to --format");
 	const char *out = a->val[O_OUTPUT];
 	if (out && (mask & (mask - 1)))
 		return usage_error(cmd, "-o writes one file: give one --format (xplane, perfetto, "
@@ -919,7 +927,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 	if (rc >= 0)
 		return rc;
 	if (!out) {
-		if (rp_export_session(dir, a->val[O_HOST], mask, &err) < 0) {
+		if (rp_export_session(dir, a->val[O_HOST], mask, &opts, &err) < 0) {
 			fprintf(stderr, "ringprof: %s\n", err.msg);
 			return EXIT_FAILURE;
 		}
@@ -947,7 +955,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 	else if (n > 1)
 		rc = usage_error(cmd, "%s was written by %zu hosts: name one with --host", dir, n);
 	else if (rp_export_host(dir, chosen, (enum rp_export_format)__builtin_ctz(mask), out,
-				&err) < 0)
+				&opts, &err) < 0)
 		fprintf(stderr, "ringprof: %s\n", err.msg);
 	else
 		rc = EXIT_SUCCESS;
@@ -1006,7 +1014,7 @@ static const struct command commands[] = {
 	  "process; each host's part in turn when several hosts wrote it.\n"
 	  "SESSION is a session id or the path of a session directory.\n\n",
 	  COMMON_OPTS, 1, cmd_summary },
-	{ "export", "SESSION [--format F,...] [-o PATH] [--host H]",
+	{ "export", "SESSION [--format F,...] [-o PATH] [--host H] [--group G]",
 	  "Write a session, from its raw chunks, in the formats viewers open:\n"
 	  "  xplane    <host>.xplane.pb: XProf / TensorBoard's Profile tab\n"
 	  "  perfetto  <host>.pftrace: ui.perfetto.dev, trace_processor\n"
@@ -1018,8 +1026,13 @@ static const struct command commands[] = {
 	  "  --format F,...    formats to write (default: all)\n"
 	  "  -o, --output PATH write one format to PATH instead of the session\n"
 	  "                    directory (for a session several hosts wrote, with --host)\n"
-	  "  --host H          only host H's part\n",
-	  COMMON_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST), 1, cmd_export },
+	  "  --host H          only host H's part\n"
+	  "  --group G         how the Perfetto trace groups its tracks (perfetto only):\n"
+	  "                    process (process > thread, device > stream; default),\n"
+	  "                    device (the ring that recorded the events > process >\n"
+	  "                    thread, beside its streams) or thread (each thread a\n"
+	  "                    top-level track, no process groups)\n",
+	  COMMON_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST) | BIT(O_GROUP), 1, cmd_export },
 };
 
 int main(int argc, char **argv)

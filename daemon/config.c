@@ -388,6 +388,17 @@ static int set_session_exports(struct rp_config *c, struct rp_ring_config *r, co
 	return rp_export_parse_formats(v, &c->session_exports, err);
 }
 
+static int set_perfetto_grouping(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				 struct rp_err *err)
+{
+	(void)r;
+	enum rp_perfetto_grouping g;
+	int rc = rp_export_parse_grouping(v, &g, err);
+	if (rc == 0)
+		c->perfetto_grouping = g;
+	return rc;
+}
+
 static int set_alert_before(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			    struct rp_err *err)
 {
@@ -567,7 +578,8 @@ static const struct section_def {
 			      {"interval", set_host_metrics_interval})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
 			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
-			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports})},
+			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports},
+			  {"perfetto_grouping", set_perfetto_grouping})},
 	{"alertmanager", KEYS({"before", set_alert_before}, {"after", set_alert_after},
 			      {"run_label", set_run_label}, {"cooldown", set_alert_cooldown},
 			      {"max_per_hour", set_alert_max_per_hour})},
@@ -994,7 +1006,8 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	for (unsigned f = 0, n = 0; f < RP_EXPORT_NFORMATS; f++)
 		if (c->session_exports & 1u << f)
 			fprintf(out, "%s%s", n++ ? "," : "", rp_export_format_name(f));
-	fputc('\n', out);
+	fprintf(out, "\nperfetto_grouping = %s\n",
+		rp_export_grouping_name((enum rp_perfetto_grouping)c->perfetto_grouping));
 	fprintf(out, "\n[alertmanager]\n");
 	print_duration(out, "before", c->alerts.before_ns);
 	print_duration(out, "after", c->alerts.after_ns);

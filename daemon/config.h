@@ -93,6 +93,8 @@ struct rp_config {
 	unsigned sessions_max_count; /* retention quota in sessions; 0 = none */
 	unsigned session_exports;    /* written when a session closes: a mask of
 					1 << enum rp_export_format */
+	unsigned perfetto_grouping;  /* of the Perfetto export: an enum
+					rp_perfetto_grouping */
 	/* [alertmanager]: POST /v1/alertmanager */
 	struct rp_trigger_config alerts;
 	char alert_run_label[64];    /* the alert label that names the run */

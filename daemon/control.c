@@ -164,7 +164,10 @@ static void write_exports(struct rp_control *c)
 			c->exports_tail = &c->exports;
 		pthread_mutex_unlock(&c->lock);
 		struct rp_err err = { 0 };
-		int rc = rp_export_session(p->dir, c->host, c->cfg->session_exports, &err);
+		struct rp_export_opts opts = {
+			.perfetto_grouping = (enum rp_perfetto_grouping)c->cfg->perfetto_grouping,
+		};
+		int rc = rp_export_session(p->dir, c->host, c->cfg->session_exports, &opts, &err);
 		if (rc < 0)
 			fprintf(stderr, "ringprofd: %s; run 'ringprof export %s' to try again\n",
 				err.msg, p->dir);

@@ -16,7 +16,8 @@ static const struct {
 	int (*write)(struct rp_reader *, FILE *, struct rp_err *);
 } formats[RP_EXPORT_NFORMATS] = {
 	[RP_EXPORT_XPLANE] = { "xplane", ".xplane.pb", rp_write_xplane },
-	[RP_EXPORT_PERFETTO] = { "perfetto", ".pftrace", rp_write_perfetto },
+	/* It alone takes options: rp_export_host calls it. */
+	[RP_EXPORT_PERFETTO] = { "perfetto", ".pftrace", NULL },
 	[RP_EXPORT_PPROF] = { "pprof", ".cpu.pb.gz", rp_write_pprof },
 	[RP_EXPORT_JSON] = { "json", ".json", rp_write_json },
 	[RP_EXPORT_SUMMARY] = { "summary", ".summary.txt", rp_write_summary },
@@ -64,11 +65,42 @@ int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err
 	return 0;
 }
 
-int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
-		   const char *path, struct rp_err *err)
+static const char *const groupings[RP_PERFETTO_NGROUPINGS] = {
+	[RP_PERFETTO_BY_PROCESS] = "process",
+	[RP_PERFETTO_BY_DEVICE] = "device",
+	[RP_PERFETTO_BY_THREAD] = "thread",
+};
+
+const char *rp_export_grouping_name(enum rp_perfetto_grouping g)
 {
+	return g < RP_PERFETTO_NGROUPINGS ? groupings[g] : "unknown";
+}
+
+int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
+			     struct rp_err *err)
+{
+	for (unsigned i = 0; i < RP_PERFETTO_NGROUPINGS; i++)
+		if (strcmp(name, groupings[i]) == 0) {
+			*g = (enum rp_perfetto_grouping)i;
+			return 0;
+		}
+	return rp_err_set(err, -EINVAL, "unknown Perfetto grouping '%s': known groupings are "
+			  "process (process -> thread, the default), device (the ring that recorded "
+			  "the events -> process -> thread) and thread (each thread on its own)",
+			  name);
+}
+
+int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
+		   const char *path, const struct rp_export_opts *opts, struct rp_err *err)
+{
+	static const struct rp_export_opts defaults;
+	if (!opts)
+		opts = &defaults;
 	if (f >= RP_EXPORT_NFORMATS)
 		return rp_err_set(err, -EINVAL, "unknown export format %d", (int)f);
+	if (opts->perfetto_grouping >= RP_PERFETTO_NGROUPINGS)
+		return rp_err_set(err, -EINVAL, "unknown Perfetto grouping %d",
+				  (int)opts->perfetto_grouping);
 	/* A temporary name beside the target, renamed into place when whole. */
 	char tmp[PATH_MAX];
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
@@ -84,7 +116,10 @@ int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_for
 		return rp_err_set(err, rc, "cannot create %s: %s%s", tmp, strerror(-rc),
 				  rc == -EACCES ? " (write access to its directory is needed)" : "");
 	}
-	rc = formats[f].write(r, out, err);
+	if (f == RP_EXPORT_PERFETTO)
+		rc = rp_write_perfetto(r, out, opts->perfetto_grouping, err);
+	else
+		rc = formats[f].write(r, out, err);
 	if (rc == 0 && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) < 0))
 		rc = rp_err_set(err, errno ? -errno : -EIO, "cannot write %s: %s%s", tmp,
 				strerror(errno ? errno : EIO),
@@ -113,7 +148,7 @@ static void file_host(const char *host, char *out, size_t len)
 }
 
 int rp_export_session(const char *session_dir, const char *host, unsigned mask,
-		      struct rp_err *err)
+		      const struct rp_export_opts *opts, struct rp_err *err)
 {
 	json_t *all, *m;
 	int rc = rp_session_manifests(session_dir, &all, err), first = 0;
@@ -132,7 +167,7 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 				continue;
 			snprintf(path, sizeof(path), "%s/%s%s", session_dir, name, formats[f].suffix);
 			struct rp_err ferr = { 0 };
-			rc = rp_export_host(session_dir, m, f, path, &ferr);
+			rc = rp_export_host(session_dir, m, f, path, opts, &ferr);
 			if (rc < 0 && first == 0) {
 				first = rc;
 				*err = ferr;

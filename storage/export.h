@@ -35,15 +35,35 @@ const char *rp_export_suffix(enum rp_export_format f);
  * of (1 << format).  -EINVAL with a message naming the known formats. */
 int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err);
 
+/* What the Perfetto trace's tracks hang under (see perfetto.c): */
+enum rp_perfetto_grouping {
+	RP_PERFETTO_BY_PROCESS = 0, /* process -> thread; device -> stream */
+	RP_PERFETTO_BY_DEVICE = 1,  /* the recording ring -> process -> thread; its streams */
+	RP_PERFETTO_BY_THREAD = 2,  /* each thread on its own; device -> stream */
+	RP_PERFETTO_NGROUPINGS = 3,
+};
+
+/* "process", "device", "thread". */
+const char *rp_export_grouping_name(enum rp_perfetto_grouping g);
+/* One of those names into *g.  -EINVAL with a message naming them. */
+int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
+			     struct rp_err *err);
+
+/* How the formats are written; all zero: the defaults. */
+struct rp_export_opts {
+	enum rp_perfetto_grouping perfetto_grouping;
+};
+
 /* One host's part (manifest: an element of rp_session_manifests) of the
- * session in session_dir, in format f, to path. */
+ * session in session_dir, in format f, to path; opts NULL: the defaults. */
 int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
-		   const char *path, struct rp_err *err);
+		   const char *path, const struct rp_export_opts *opts, struct rp_err *err);
 
 /* Every format in mask for host's part of the session, written into
- * the session directory as <host><suffix>; host NULL: every host's.
- * Goes on past a format that fails; returns the first error. */
+ * the session directory as <host><suffix>; host NULL: every host's;
+ * opts NULL: the defaults.  Goes on past a format that fails; returns
+ * the first error. */
 int rp_export_session(const char *session_dir, const char *host, unsigned mask,
-		      struct rp_err *err);
+		      const struct rp_export_opts *opts, struct rp_err *err);
 
 #endif

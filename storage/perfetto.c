@@ -19,7 +19,8 @@
  * packet that uses interned ids clears the sequence's state (flags
  * CLEARED | NEEDS); later ones that use them say they need it.
  *
- * Tracks (the grouping is fixed: process -> thread, device -> stream):
+ * Tracks, grouped as asked (enum rp_perfetto_grouping).  process, the
+ * default:
  *
  *   process (pid)              ProcessDescriptor, and its counters
  *     thread (pid, tid)        ThreadDescriptor; annotation ranges and
@@ -34,6 +35,31 @@
  *   "<host>", "GPU 0", ...     a track per ring: its counters and pid 0
  *     "Stream 7"               GPU activity, per device and stream
  *   cpu_util, ...              host counters of pid 0: global
+ *
+ * device: the ring that recorded the events first, so that the API calls
+ * and ranges a device recorded sit next to its streams:
+ *
+ *   "<host>", "GPU 0", ...     a track per ring: its counters and pid 0
+ *     "trainer 4242"           a process the ring holds events of, and
+ *                              its counters
+ *       "main 4242/4242"       its thread's ranges, instants and drops
+ *                              recorded on the ring
+ *         "<thread> runtime API"  the thread's API calls the ring holds
+ *     "Stream 7"               GPU activity, per device and stream
+ *
+ * thread: no process tracks:
+ *
+ *   "main 4242/4242"           a thread track as in process, with its
+ *     "<device>", "<thread> runtime API" children
+ *   "<host>", "GPU 0", ...     a track per ring, as in process
+ *     "Stream 7"
+ *   cpu_util, ...              counters of pid 0, and a process's as
+ *                              "<counter> <pid>": global
+ *
+ * Perfetto keeps a track that describes a process or a thread in that
+ * process's group whatever its parent, so device and thread name those
+ * tracks instead: trace processor then ties their slices to no thread
+ * (CPU samples keep their pid and tid).
  *
  * Work that overlaps on one stream or one thread's API track (which a
  * track cannot show: slices must nest) goes to a further lane of it,
@@ -156,6 +182,7 @@ struct pf {
 	struct rp_symbolizer *sym;
 	FILE *out;
 	struct rp_err *err;
+	enum rp_perfetto_grouping grouping;
 	uint64_t start;
 	struct device_info *devices;
 	bool cleared;     /* the sequence's state was cleared */
@@ -428,16 +455,30 @@ static const char *thread_label(struct pf *w, uint32_t pid, uint32_t tid, char *
 	return buf;
 }
 
-/* The track k hangs under, if any: see the tree at the top. */
+/* The ring that process and thread tracks of events recorded on ring
+ * are keyed by: grouped by device, each ring has its own. */
+static uint32_t owner_ring(const struct pf *w, uint32_t ring)
+{
+	return w->grouping == RP_PERFETTO_BY_DEVICE ? ring : 0;
+}
+
+/* The track k hangs under, if any: see the trees at the top. */
 static bool parent_of(const struct pf *w, const struct track_key *k, struct track_key *parent)
 {
-	const struct track_key process = { .kind = TK_PROCESS, .pid = k->pid };
-	const struct track_key thread = { .kind = TK_THREAD, .pid = k->pid, .tid = k->tid };
+	const bool by_device = w->grouping == RP_PERFETTO_BY_DEVICE;
+	const bool processes = w->grouping != RP_PERFETTO_BY_THREAD;
+	const uint32_t owner = owner_ring(w, k->ring);
+	const struct track_key process = { .kind = TK_PROCESS, .ring = owner, .pid = k->pid };
+	const struct track_key thread = { .kind = TK_THREAD, .ring = owner, .pid = k->pid,
+					  .tid = k->tid };
 	const struct track_key device = { .kind = TK_DEVICE, .ring = k->ring };
 	switch (k->kind) {
+	case TK_PROCESS:
+		*parent = device;
+		return by_device;
 	case TK_THREAD:
 		*parent = process;
-		return true;
+		return processes;
 	case TK_SCOPE:
 	case TK_API:
 		*parent = k->pid ? thread : device;
@@ -447,7 +488,7 @@ static bool parent_of(const struct pf *w, const struct track_key *k, struct trac
 		return true;
 	case TK_COUNTER:
 		*parent = k->pid ? process : device;
-		return k->pid || !w->devices[k->ring].host;
+		return k->pid ? processes : by_device || !w->devices[k->ring].host;
 	default:
 		return false;
 	}
@@ -473,11 +514,19 @@ static int describe(struct pf *w, const struct track_key *k, const char *counter
 	}
 	if (k->lane)
 		snprintf(lane, sizeof(lane), " (%u)", k->lane + 1);
+	/* Perfetto would keep a described process or thread out of the
+	 * other groupings' trees (see the top): they name its track. */
+	bool named = w->grouping != RP_PERFETTO_BY_PROCESS;
 	switch (k->kind) {
 	case TK_PROCESS:
+		proc.process_name = (char *)rp_reader_process_name(w->r, k->pid);
+		if (named) {
+			snprintf(name, sizeof(name), "%s %u",
+				 proc.process_name ? proc.process_name : "process", k->pid);
+			break;
+		}
 		proc.has_pid = true;
 		proc.pid = (int32_t)k->pid;
-		proc.process_name = (char *)rp_reader_process_name(w->r, k->pid);
 		/* One element: the recorded command line has its arguments
 		 * joined already, and Perfetto joins them the same way. */
 		if ((cmdline = rp_reader_process_cmdline(w->r, k->pid))) {
@@ -487,10 +536,15 @@ static int describe(struct pf *w, const struct track_key *k, const char *counter
 		td.process = &proc;
 		break;
 	case TK_THREAD:
+		thr.thread_name = (char *)rp_reader_thread_name(w->r, k->pid, k->tid);
+		if (named) {
+			snprintf(name, sizeof(name), "%s %u/%u",
+				 thr.thread_name ? thr.thread_name : "thread", k->pid, k->tid);
+			break;
+		}
 		thr.has_pid = thr.has_tid = true;
 		thr.pid = (int32_t)k->pid;
 		thr.tid = k->tid;
-		thr.thread_name = (char *)rp_reader_thread_name(w->r, k->pid, k->tid);
 		td.thread = &thr;
 		break;
 	case TK_SCOPE:
@@ -514,7 +568,11 @@ static int describe(struct pf *w, const struct track_key *k, const char *counter
 				 k->index, lane);
 		break;
 	case TK_COUNTER:
-		snprintf(name, sizeof(name), "%s", counter);
+		/* Without process tracks, a process's counter says whose it is. */
+		if (k->pid && w->grouping == RP_PERFETTO_BY_THREAD)
+			snprintf(name, sizeof(name), "%s %u", counter, k->pid);
+		else
+			snprintf(name, sizeof(name), "%s", counter);
 		td.counter = &count;
 		break;
 	}
@@ -575,12 +633,14 @@ static int lane_uuid(struct pf *w, struct track_key k, uint64_t begin, uint64_t 
 	}
 }
 
-/* Where a thread's ranges, instants and drops recorded on ring go. */
+/* Where a thread's ranges, instants and drops recorded on ring go: its
+ * own track when it is the ring's (grouped by device, every ring's is). */
 static int scope_uuid(struct pf *w, size_t ring, uint32_t pid, uint32_t tid, uint64_t *uuid)
 {
 	struct track_key k = { .kind = TK_SCOPE, .ring = (uint32_t)ring, .pid = pid, .tid = tid };
-	if (pid && w->devices[ring].host)
-		k = (struct track_key){ .kind = TK_THREAD, .pid = pid, .tid = tid };
+	if (pid && (w->devices[ring].host || w->grouping == RP_PERFETTO_BY_DEVICE))
+		k = (struct track_key){ .kind = TK_THREAD, .ring = owner_ring(w, (uint32_t)ring),
+					.pid = pid, .tid = tid };
 	else if (!pid && !tid)
 		k = (struct track_key){ .kind = TK_DEVICE, .ring = (uint32_t)ring };
 	return track_uuid(w, k, uuid);
@@ -934,7 +994,8 @@ static void describe_device(struct device_info *d, const char *ring, const char 
 	}
 }
 
-int rp_write_perfetto(struct rp_reader *r, FILE *out, struct rp_err *err)
+int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,
+		      struct rp_err *err)
 {
 	struct pf *w = calloc(1, sizeof(*w));
 	size_t ndev = rp_reader_device_count(r);
@@ -944,6 +1005,7 @@ int rp_write_perfetto(struct rp_reader *r, FILE *out, struct rp_err *err)
 	w->sym = rp_reader_symbolizer(r);
 	w->out = out;
 	w->err = err;
+	w->grouping = grouping;
 	w->start = rp_reader_start_ns(r);
 	w->cap = OUT_CHUNK;
 	wire_pending(&w->pend);

@@ -1,5 +1,6 @@
 /* The format writers behind export.h, one per file: each reads the
- * session through a reader and writes its format to out.  Errors are a
+ * session through a reader and writes its format to out, with the
+ * options (struct rp_export_opts) it has, if any.  Errors are a
  * negative errno with a message (-EIO when out fails). */
 #ifndef RINGPROF_WRITERS_H
 #define RINGPROF_WRITERS_H
@@ -7,10 +8,12 @@
 #include <stdio.h>
 
 #include "err.h"
+#include "export.h"
 #include "reader.h"
 
 int rp_write_xplane(struct rp_reader *r, FILE *out, struct rp_err *err);
-int rp_write_perfetto(struct rp_reader *r, FILE *out, struct rp_err *err);
+int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,
+		      struct rp_err *err);
 int rp_write_pprof(struct rp_reader *r, FILE *out, struct rp_err *err);
 int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err);
 int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err);

@@ -1,13 +1,14 @@
 """Perfetto export read back with Perfetto's own trace schema.
 
 make-session writes a session whose content is known exactly (see
-make_session.c); `ringprof export --format perfetto` turns it into a
-.pftrace.  Every packet is decoded with the perfetto package's
-perfetto_trace_pb2 and the sequence is replayed the way Perfetto's trace
-processor reads it: sequence ids and flags, interned ids defined before
-use, tracks described before use, the clocks, slices balanced and nested
-per track, then the content: names, counts and times to the ns, counters,
-GPU work and its annotations, CPU samples and their stacks.  When a
+make_session.c); `ringprof export --format perfetto --group G` turns it
+into a .pftrace, once per grouping.  Every packet is decoded with the
+perfetto package's perfetto_trace_pb2 and the sequence is replayed the way
+Perfetto's trace processor reads it: sequence ids and flags, interned ids
+defined before use, tracks described before use, the clocks, slices
+balanced and nested per track, then the content: the tree of tracks the
+grouping makes, names, counts and times to the ns, counters, GPU work and
+its annotations, CPU samples and their stacks.  When a
 trace_processor_shell binary is at hand (it cannot be downloaded here),
 the trace is also loaded into it and queried."""
 
@@ -34,22 +35,24 @@ REALTIME, MONOTONIC, BOOTTIME = 1, 3, 6
 CLEARED, NEEDS = 1, 2
 BEGIN, END = TrackEvent.TYPE_SLICE_BEGIN, TrackEvent.TYPE_SLICE_END
 INSTANT, COUNTER = TrackEvent.TYPE_INSTANT, TrackEvent.TYPE_COUNTER
-
-
-
-
-
-
-def export(tmp, *session_args):
-    session = run(BUILD / "tests" / "make-session", tmp, *session_args).strip()
-    path = tmp / "synthhost.pftrace"
-    run(BUILD / "cli" / "ringprof", "export", session, "--format", "perfetto", "-o", path)
-    return session, path
+GROUPINGS = ("process", "device", "thread")
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    _, path = export(tmp_path_factory.mktemp("perfetto"))
+def session(tmp_path_factory):
+    return run(BUILD / "tests" / "make-session", tmp_path_factory.mktemp("perfetto")).strip()
+
+
+@pytest.fixture(scope="module", params=GROUPINGS)
+def grouping(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def exported(session, grouping, tmp_path_factory):
+    path = tmp_path_factory.mktemp(grouping) / "synthhost.pftrace"
+    run(BUILD / "cli" / "ringprof", "export", session, "--format", "perfetto", "--group",
+        grouping, "-o", path)
     trace = Trace()
     trace.ParseFromString(path.read_bytes())
     assert len(trace.packet) > 0
@@ -153,6 +156,13 @@ class Replay:
             return td.thread.thread_name
         return td.name
 
+    def path(self, uuid):
+        """The names of the track's ancestors, the root first, and its own
+        (a process track's "process PID")."""
+        td = self.tracks[uuid]
+        name = self.track_name(uuid) or f"process {td.process.pid}"
+        return (self.path(td.parent_uuid) if td.HasField("parent_uuid") else ()) + (name,)
+
     def slices(self):
         """Per track, by time (ties in file order), BEGIN pushes and END
         pops: (track, name, begin, end, parent name, begin args, end args)."""
@@ -223,30 +233,64 @@ def test_clock(packets, replay):
     assert first + clocks[REALTIME] - clocks[MONOTONIC] == T0 + 2 * MS + WALL_OFFSET
 
 
-def test_tracks(replay):
-    by_name = {}
-    for uuid, td in replay.tracks.items():
-        by_name.setdefault(replay.track_name(uuid) or f"process {td.process.pid}", []).append(td)
-    assert all(len(v) == 1 for v in by_name.values()), by_name
-    proc = by_name["process 4242"][0].process
+def thread_track(grouping, name, tid):
+    """The name of the track of thread tid's own events: the name in its
+    ThreadDescriptor by process, named after it and its ids otherwise."""
+    return name if grouping == "process" else f"{name} 4242/{tid}"
+
+
+# Every track's path from its root, per grouping: make-session records
+# threads 4242 and 4243 of process 4242 on the host ring, and 4242's API
+# calls, stream 7 and sm_active on gpu0.
+TREES = {
+    "process": {
+        ("process 4242",), ("process 4242", "main"), ("process 4242", "loader"),
+        ("process 4242", "main", "main runtime API"),
+        ("GPU 0",), ("GPU 0", "Stream 7"), ("GPU 0", "sm_active"),
+        ("cpu_util",), ("host_mem_used",), ("cpu_sampler_hz",),
+    },
+    "device": {
+        ("synthhost",), ("synthhost", "trainer 4242"),
+        ("synthhost", "trainer 4242", "main 4242/4242"),
+        ("synthhost", "trainer 4242", "loader 4242/4243"),
+        ("synthhost", "cpu_util"), ("synthhost", "host_mem_used"),
+        ("synthhost", "cpu_sampler_hz"),
+        ("GPU 0",), ("GPU 0", "trainer 4242"), ("GPU 0", "trainer 4242", "main 4242/4242"),
+        ("GPU 0", "trainer 4242", "main 4242/4242", "main runtime API"),
+        ("GPU 0", "Stream 7"), ("GPU 0", "sm_active"),
+    },
+    "thread": {
+        ("main 4242/4242",), ("loader 4242/4243",), ("main 4242/4242", "main runtime API"),
+        ("GPU 0",), ("GPU 0", "Stream 7"), ("GPU 0", "sm_active"),
+        ("cpu_util",), ("host_mem_used",), ("cpu_sampler_hz",),
+    },
+}
+
+
+def test_tracks(replay, grouping):
+    paths = [replay.path(uuid) for uuid in replay.tracks]
+    assert len(paths) == len(set(paths)), sorted(paths)
+    assert set(paths) == TREES[grouping], sorted(paths)
+    by_path = {replay.path(uuid): td for uuid, td in replay.tracks.items()}
+    for name in ("cpu_util", "host_mem_used", "cpu_sampler_hz", "sm_active"):
+        assert [td.HasField("counter") for p, td in by_path.items() if p[-1] == name] == [True]
+    described = [td for td in replay.tracks.values()
+                 if td.HasField("process") or td.HasField("thread")]
+    if grouping != "process":
+        # Perfetto would keep a described process or thread in its
+        # process's group, whatever the parent: they are named instead.
+        assert described == []
+        return
+    proc = by_path[("process 4242",)].process
     assert (proc.pid, proc.process_name, list(proc.cmdline)) == \
         (4242, "trainer", ["python3 train.py"])
-    proc_uuid = by_name["process 4242"][0].uuid
     for name, tid in (("main", 4242), ("loader", 4243)):
-        td = by_name[name][0]
-        assert (td.thread.pid, td.thread.tid, td.parent_uuid) == (4242, tid, proc_uuid)
-    gpu = by_name["GPU 0"][0]
-    assert not gpu.HasField("parent_uuid")
-    assert by_name["Stream 7"][0].parent_uuid == gpu.uuid
-    assert by_name["main runtime API"][0].parent_uuid == by_name["main"][0].uuid
-    assert by_name["sm_active"][0].parent_uuid == gpu.uuid
-    for name in ("cpu_util", "host_mem_used", "cpu_sampler_hz", "sm_active"):
-        assert by_name[name][0].HasField("counter")
-    for name in ("cpu_util", "host_mem_used", "cpu_sampler_hz"):
-        assert not by_name[name][0].HasField("parent_uuid")
+        thread = by_path[("process 4242", name)].thread
+        assert (thread.pid, thread.tid) == (4242, tid)
+    assert len(described) == 3
 
 
-def test_slices(replay):
+def test_slices(replay, grouping):
     slices = replay.slices()
     count = collections.Counter(s[1] for s in slices)
     assert count == {"step": N + 1, "forward": N, "backward": N, "load_batch": N,
@@ -262,11 +306,12 @@ def test_slices(replay):
         s = step_start(i)
         return replay.track_name(track), begin - s, end - s, parent, args, end_args
 
+    main, loader = thread_track(grouping, "main", 4242), thread_track(grouping, "loader", 4243)
     for i in range(N):
-        assert nth("step", i) == ("main", 0, 9 * MS - (i % 3) * 100 * US, None, {}, {})
-        assert nth("forward", i) == ("main", MS, 4 * MS, "step", {}, {})
-        assert nth("backward", i) == ("main", 4 * MS, 8 * MS, "step", {}, {})
-        assert nth("load_batch", i) == ("loader", MS // 2, 3 * MS, None, {}, {})
+        assert nth("step", i) == (main, 0, 9 * MS - (i % 3) * 100 * US, None, {}, {})
+        assert nth("forward", i) == (main, MS, 4 * MS, "step", {}, {})
+        assert nth("backward", i) == (main, 4 * MS, 8 * MS, "step", {}, {})
+        assert nth("load_batch", i) == (loader, MS // 2, 3 * MS, None, {}, {})
         assert nth("gemm_kernel", i) == ("Stream 7", 2 * MS, 3500 * US, None,
                                          {"device": 0, "stream": 7, "correlation": i + 1}, {})
         assert nth("memcpy_htod", i) == ("Stream 7", 1200 * US, 1600 * US, None,
@@ -274,16 +319,17 @@ def test_slices(replay):
         assert nth("cudaLaunchKernel", i) == ("main runtime API", 1500 * US, 1520 * US, None,
                                               {"device": 0}, {})
     # The last step never ends: closed at the window's end, marked so.
-    assert nth("step", N) == ("main", 0, WINDOW_END - step_start(N), None, {},
+    assert nth("step", N) == (main, 0, WINDOW_END - step_start(N), None, {},
                               {"truncated": True})
 
 
-def test_instants_and_drops(replay):
+def test_instants_and_drops(replay, grouping):
+    main = thread_track(grouping, "main", 4242)
     instants = [(ts, replay.name(e), replay.track_name(e.track_uuid), replay.args(e))
                 for ts, _, e in replay.events if e.type == INSTANT]
     assert sorted(instants) == sorted(
-        [(T0 + MS, "dropped events", "main", {"count": 5})] +
-        [(step_start(i) + 9 * MS + MS // 2, "checkpoint", "main", {}) for i in range(0, N, 10)])
+        [(T0 + MS, "dropped events", main, {"count": 5})] +
+        [(step_start(i) + 9 * MS + MS // 2, "checkpoint", main, {}) for i in range(0, N, 10)])
 
 
 def test_counters(replay):
@@ -353,7 +399,7 @@ def trace_processor_binary():
     return next((c for c in cached if not c.endswith(".tmp")), None)
 
 
-def test_trace_processor(exported):
+def test_trace_processor(exported, grouping):
     binary = trace_processor_binary()
     if not binary:
         pytest.skip("no trace_processor_shell binary: the perfetto package downloads it on first "
@@ -373,9 +419,10 @@ def test_trace_processor(exported):
                           "checkpoint": N // 10, "dropped events": 1}, slices
         assert rows("select min(ts) from slice where name = 'step'") == [(T0 + 2 * MS,)]
         assert rows("select max(ts + dur) from slice where name = 'step'") == [(WINDOW_END,)]
-        threads = set(rows("select tid, name from thread where tid in (4242, 4243)"))
-        assert threads == {(4242, "main"), (4243, "loader")}
-        assert rows("select name from process where pid = 4242") == [("trainer",)]
+        if grouping == "process":  # the others describe no thread or process
+            threads = set(rows("select tid, name from thread where tid in (4242, 4243)"))
+            assert threads == {(4242, "main"), (4243, "loader")}
+            assert rows("select name from process where pid = 4242") == [("trainer",)]
         assert rows("select count(*) from perf_sample") == [(N * K,)]
         leaves = dict(rows(
             "select f.name, count(*) from perf_sample s "

@@ -1,11 +1,13 @@
 """Exports when sessions close, from the real daemon: a Python program's
-annotations come out in every format, each read back by its reader; the
-CLI exports a session the daemon names; [sessions] exports = none writes
+annotations come out in every format, each read back by its reader, the
+Perfetto trace grouped as [sessions] perfetto_grouping says; the CLI
+exports a session the daemon names; [sessions] exports = none writes
 none.  The formats' details are tested on known data in tests/export."""
 
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,7 +58,8 @@ def wait_files(paths, timeout=60):
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("exports"), config=CONFIG.format(exports="all")).start()
+    config = CONFIG.format(exports="all") + "perfetto_grouping = thread\n"
+    d = Daemon(tmp_path_factory.mktemp("exports"), config=config).start()
     try:
         yield d
     finally:
@@ -97,12 +100,19 @@ def test_session_is_exported_when_it_closes(daemon):
     names = [e.get("name") for e in trace["traceEvents"] if e]
     assert names.count("exp.step") == 20, names[:50]
 
-    # Perfetto: a non-empty sequence of packets that the schema decodes.
+    # Perfetto: a non-empty sequence of packets that the schema decodes,
+    # grouped as [sessions] perfetto_grouping says: the thread on top.
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace  # noqa: PLC0415
     t = Trace()
     t.ParseFromString(open(files[1], "rb").read())
     begins = [p for p in t.packet if p.HasField("track_event") and p.track_event.type == 1]
     assert len(begins) >= 40
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in t.packet
+              if p.HasField("track_descriptor")}
+    for td in (tracks[u] for u in {p.track_event.track_uuid for p in begins}):
+        assert re.fullmatch(r".+ \d+/\d+", td.name) and not td.HasField("parent_uuid"), td
+    assert not any(td.HasField("process") or td.HasField("thread") for td in tracks.values())
+    assert any(re.fullmatch(r"exp\.loss \d+", td.name) for td in tracks.values()), tracks
 
     status, metrics = daemon.request("GET", "/metrics")
     assert status == 200 and 'ringprof_exports_total{result="written"} 1' in metrics, metrics

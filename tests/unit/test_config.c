@@ -83,6 +83,7 @@ static void defaults_sane(void **state)
 	assert_int_equal(c.sessions_max_bytes, 10 * 1024 * MiB);
 	assert_int_equal(c.sessions_max_count, 1000);
 	assert_int_equal(c.session_exports, RP_EXPORT_ALL);
+	assert_int_equal(c.perfetto_grouping, RP_PERFETTO_BY_PROCESS);
 }
 
 static void default_paths(void **state)
@@ -145,7 +146,8 @@ static const char full[] =
 	"max_duration = 168h\n"
 	"max_bytes = 500GiB\n"
 	"max_count = 0\n"
-	"exports = xplane,pprof\n";
+	"exports = xplane,pprof\n"
+	"perfetto_grouping = device\n";
 
 static void load_valid(void **state)
 {
@@ -177,6 +179,7 @@ static void load_valid(void **state)
 	assert_int_equal(c.sessions_max_bytes, 500 * 1024 * MiB);
 	assert_int_equal(c.sessions_max_count, 0);
 	assert_int_equal(c.session_exports, 1u << RP_EXPORT_XPLANE | 1u << RP_EXPORT_PPROF);
+	assert_int_equal(c.perfetto_grouping, RP_PERFETTO_BY_DEVICE);
 
 	/* An empty file changes nothing. */
 	struct rp_config d, e;
@@ -354,6 +357,9 @@ static void load_errors(void **state)
 		{"[sessions]\nmax_bytes = lots\n", -EINVAL, 2, "[sessions] max_bytes: 'lots' is not a size"},
 		{"[sessions]\nexports = xplane,pptrof\n", -EINVAL, 2,
 		 "[sessions] exports: unknown export format 'pptrof'"},
+		{"[sessions]\nperfetto_grouping = gpu\n", -EINVAL, 2,
+		 "[sessions] perfetto_grouping: unknown Perfetto grouping 'gpu': known groupings are "
+		 "process"},
 		{"[sessions]\nmax_count = -1\n", -EINVAL, 2,
 		 "[sessions] max_count: '-1' is not a whole number"},
 		{"[sessions]\nmax_count = 100000001\n", -ERANGE, 2,
