@@ -1,10 +1,12 @@
 #include "export.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "reader.h"
@@ -90,6 +92,15 @@ int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
 			  name);
 }
 
+/* Exports are as private as the session they come from: the session
+ * directory's mode without its execute bits (the daemon's 0750 gives
+ * 0640, like its chunk files), 0644 when it cannot be read. */
+static mode_t session_mode(const char *session_dir)
+{
+	struct stat st;
+	return stat(session_dir, &st) == 0 ? st.st_mode & 0666 : 0644;
+}
+
 int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
 		   const char *path, const struct rp_export_opts *opts, struct rp_err *err)
 {
@@ -109,9 +120,12 @@ int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_for
 	int rc = rp_reader_open(session_dir, manifest, NULL, &r, err);
 	if (rc < 0)
 		return rc;
-	FILE *out = fopen(tmp, "w");
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, session_mode(session_dir));
+	FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
 	if (!out) {
 		rc = -errno;
+		if (fd >= 0)
+			close(fd);
 		rp_reader_free(r);
 		return rp_err_set(err, rc, "cannot create %s: %s%s", tmp, strerror(-rc),
 				  rc == -EACCES ? " (write access to its directory is needed)" : "");

@@ -72,6 +72,9 @@ def test_session_is_exported_when_it_closes(daemon):
     path = json.loads(r.stdout)["path"]
     files = [os.path.join(path, "exporthost" + s) for s in SUFFIXES]
     assert wait_files(files), (os.listdir(path), open(daemon.log).read())
+    # As private as the session's own files.
+    chunks_mode = os.stat(os.path.join(path, "exporthost.host.chunks")).st_mode & 0o777
+    assert {os.stat(f).st_mode & 0o777 for f in files} == {chunks_mode}, chunks_mode
 
     doc = json.load(open(files[3]))
     steps = [e for e in doc["trace_events"] if e["name"] == "exp.step"]
