@@ -8,6 +8,7 @@ code it describes in /tmp/perf-PID.map).  Needs root for the sampler and
 for real addresses in /proc/kallsyms."""
 
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -111,6 +112,30 @@ def test_exited_process_named_with_shares_and_kernel_frames(daemon):
     # Host metrics rode along.
     assert "cpu_util" in counters and "host_mem_used" in counters, out
     assert 0 <= counters["cpu_util"]["last"] <= 100
+
+
+@pytest.mark.skipif(not shutil.which("go"), reason="go tool pprof (Debian golang-go) reads the profile")
+def test_pprof_export_of_the_real_session(daemon, tmp_path):
+    """The same session through pprof's own reader: cpu-burn's functions with
+    their shares, its kernel frames, and the pid label."""
+    out = tmp_path / "exited.cpu.pb.gz"
+    daemon.cli("export", "exited", "--format", "pprof", "-o", str(out), check=True)
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-tagfocus=comm=cpu-burn", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert top.returncode == 0, top.stderr
+    flat = {}
+    for line in top.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[1].endswith("%") and f[0][0].isdigit():
+            flat[f[5]] = float(f[1].rstrip("%"))
+    burns = {f: flat.get(f, 0.0) for f in ("burn_a", "burn_b", "burn_c")}
+    total = sum(burns.values())
+    for f, want in (("burn_a", 60), ("burn_b", 30), ("burn_c", 10)):
+        assert abs(100 * burns[f] / total - want) <= 10, (f, burns, top.stdout)
+    raw = subprocess.run(["go", "tool", "pprof", "-raw", str(out)], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert any(k in raw for k in ("read_zero", "ksys_read", "vfs_read")), raw[:2000]
+    assert "pid:" in raw and "comm:[cpu-burn]" in raw
 
 
 def test_window_after_the_start_still_symbolizes(daemon):
