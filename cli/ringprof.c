@@ -62,6 +62,8 @@ static const struct option all_options[N_OPTS] = {
 
 #define BIT(o) (1u << (o))
 #define COMMON_OPTS (BIT(O_SOCKET) | BIT(O_JSON) | BIT(O_HELP))
+/* Commands that print text of their own, not the daemon's answer. */
+#define TEXT_OPTS (BIT(O_SOCKET) | BIT(O_HELP))
 #define NAMING_OPTS (BIT(O_NAME) | BIT(O_RUN) | BIT(O_REASON))
 #define SESSION_OPTS (NAMING_OPTS | BIT(O_CPU_HZ))
 
@@ -122,8 +124,9 @@ static void print_command_usage(const struct command *cmd, FILE *out)
 	if (out == stdout)
 		fprintf(out, "\n%s"
 			"  --socket PATH     ringprofd's socket\n"
-			"  --json            print the daemon's JSON answer\n"
-			"  -h, --help        this help\n", cmd->help);
+			"%s"
+			"  -h, --help        this help\n", cmd->help,
+			cmd->opts & BIT(O_JSON) ? "  --json            print the daemon's JSON answer\n" : "");
 	else
 		fprintf(out, "Try 'ringprof %s --help'.\n", cmd->name);
 }
@@ -1013,7 +1016,7 @@ static const struct command commands[] = {
 	  "it on the recording host, as root for kernel names) and CPU time per\n"
 	  "process; each host's part in turn when several hosts wrote it.\n"
 	  "SESSION is a session id or the path of a session directory.\n\n",
-	  COMMON_OPTS, 1, cmd_summary },
+	  TEXT_OPTS, 1, cmd_summary },
 	{ "export", "SESSION [--format F,...] [-o PATH] [--host H] [--group G]",
 	  "Write a session, from its raw chunks, in the formats viewers open:\n"
 	  "  xplane    <host>.xplane.pb: XProf / TensorBoard's Profile tab\n"
@@ -1032,7 +1035,7 @@ static const struct command commands[] = {
 	  "                    device (the ring that recorded the events > process >\n"
 	  "                    thread, beside its streams) or thread (each thread a\n"
 	  "                    top-level track, no process groups)\n",
-	  COMMON_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST) | BIT(O_GROUP), 1, cmd_export },
+	  TEXT_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST) | BIT(O_GROUP), 1, cmd_export },
 };
 
 int main(int argc, char **argv)

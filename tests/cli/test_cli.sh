@@ -226,6 +226,26 @@ python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["trigger"]["cpu_sampl
 python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["state"] != "complete")' <<<"$out" ||
   fail "--json capture: not complete"
 
+# export: usage errors before anything is read; a directory that is no session.
+run export
+expect_rc 2 "export without a session"
+run export "$tmp" --format pdf
+expect_rc 2 "export --format pdf"
+expect_err "unknown export format 'pdf'" "export --format pdf"
+run export "$tmp" --format json,pprof -o "$tmp/x"
+expect_rc 2 "export two formats to one -o"
+expect_err "one --format" "export two formats to one -o"
+run export "$tmp" --group gpu
+expect_rc 2 "export --group gpu"
+expect_err "gpu" "export --group gpu"
+run export "$tmp" --json
+expect_rc 2 "export --json"
+expect_err "unknown option '--json'" "export --json"
+run export "$tmp"
+expect_rc 1 "export of a directory without manifests"
+expect_err "no readable <host>.manifest.json" "export of a directory without manifests"
+[[ -z $(find "$tmp" -name '*.tmp*') ]] || fail "export left a temporary file"
+
 # A clean shutdown (under ASan this also checks the API for leaks).
 kill -TERM $daemon
 wait $daemon
