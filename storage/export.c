@@ -17,8 +17,9 @@ static const struct {
 	const char *name, *suffix;
 	int (*write)(struct rp_reader *, FILE *, struct rp_err *);
 } formats[RP_EXPORT_NFORMATS] = {
-	[RP_EXPORT_XPLANE] = { "xplane", ".xplane.pb", rp_write_xplane },
-	/* It alone takes options: rp_export_host calls it. */
+	/* These two take more than a reader and a file: rp_export_host calls
+	 * them. */
+	[RP_EXPORT_XPLANE] = { "xplane", ".xplane.pb", NULL },
 	[RP_EXPORT_PERFETTO] = { "perfetto", ".pftrace", NULL },
 	[RP_EXPORT_PPROF] = { "pprof", ".cpu.pb.gz", rp_write_pprof },
 	[RP_EXPORT_JSON] = { "json", ".json", rp_write_json },
@@ -130,7 +131,16 @@ int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_for
 		return rp_err_set(err, rc, "cannot create %s: %s%s", tmp, strerror(-rc),
 				  rc == -EACCES ? " (write access to its directory is needed)" : "");
 	}
-	if (f == RP_EXPORT_PERFETTO)
+	if (f == RP_EXPORT_XPLANE) {
+		/* Its scratch file goes beside the export: that directory is
+		 * writable, where /tmp may not be (ringprofd's unit). */
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof(dir), "%s", tmp);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = 0;
+		rc = rp_write_xplane(r, out, slash ? (dir[0] ? dir : "/") : ".", err);
+	} else if (f == RP_EXPORT_PERFETTO)
 		rc = rp_write_perfetto(r, out, opts->perfetto_grouping, err);
 	else
 		rc = formats[f].write(r, out, err);

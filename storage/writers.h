@@ -11,7 +11,10 @@
 #include "export.h"
 #include "reader.h"
 
-int rp_write_xplane(struct rp_reader *r, FILE *out, struct rp_err *err);
+/* scratch_dir: where XSpace's sorted runs of events are spilled (an
+ * unnamed file; about the size of the output). */
+int rp_write_xplane(struct rp_reader *r, FILE *out, const char *scratch_dir,
+		    struct rp_err *err);
 int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,
 		      struct rp_err *err);
 int rp_write_pprof(struct rp_reader *r, FILE *out, struct rp_err *err);

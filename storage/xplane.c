@@ -39,6 +39,8 @@
  * names and the runs' lists of extents; not the events.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -229,8 +231,7 @@ struct xw {
 	struct rp_reader *r;
 	struct rp_err *err;
 	uint64_t start;
-	FILE *spill;
-	int fd;
+	int fd; /* the spill, -1 before it is made */
 	uint64_t spill_end;
 	struct plane *planes;
 	size_t nplanes;
@@ -1088,8 +1089,8 @@ static void free_xw(struct xw *w)
 	free(w->line_tab.v);
 	free(w->sym_tab.v);
 	free(w->copy_buf);
-	if (w->spill)
-		fclose(w->spill);
+	if (w->fd >= 0)
+		close(w->fd);
 }
 
 /* Planes, then the warnings and the host name (XSpace fields 3 and 4
@@ -1139,15 +1140,29 @@ static int write_space(struct xw *w, FILE *out)
 	return 0;
 }
 
-int rp_write_xplane(struct rp_reader *r, FILE *out, struct rp_err *err)
+/* The spill: an unnamed file in dir (O_TMPFILE, else a name removed at
+ * once), so that nothing is left behind whatever happens. */
+static int open_spill(const char *dir, struct rp_err *err)
 {
-	struct xw w = { .r = r, .err = err, .start = rp_reader_start_ns(r) };
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/.xplane-spill-XXXXXX", dir);
+		if ((fd = mkostemp(path, O_CLOEXEC)) >= 0)
+			unlink(path);
+	}
+	if (fd < 0)
+		return rp_err_set(err, -errno, "cannot make the XSpace exporter's temporary file in "
+				  "%s: %s (it needs write access there)", dir, strerror(errno));
+	return fd;
+}
+
+int rp_write_xplane(struct rp_reader *r, FILE *out, const char *scratch_dir, struct rp_err *err)
+{
+	struct xw w = { .r = r, .err = err, .start = rp_reader_start_ns(r), .fd = -1 };
 	int rc = make_planes(&w);
-	if (rc == 0 && !(w.spill = tmpfile()))
-		rc = rp_err_set(err, -errno, "cannot make the XSpace exporter's temporary file in "
-				"/tmp (%s): /tmp must be writable", strerror(errno));
-	if (rc == 0) {
-		w.fd = fileno(w.spill);
+	if (rc == 0 && (rc = open_spill(scratch_dir, err)) >= 0) {
+		w.fd = rc;
 		rc = rp_reader_each(r, on_event, &w, err);
 	}
 	/* Stacks still sampled at the end last one more period. */

@@ -52,6 +52,18 @@ runuser -u member -- ringprof --socket $sock summary "$path" | tee /tmp/summary
 grep -q '^step  *200 ' /tmp/summary
 # The CPU sampler ran inside the sandbox: the compiler above, at least.
 grep -Eq ' [1-9][0-9]* CPU samples' /tmp/summary
+# The exports, written inside the sandbox too (ProtectSystem=strict: only
+# /var/lib/ringprof is writable, so XSpace spills beside its file).
+for _ in $(seq 150); do
+	compgen -G "$path/*.summary.txt" >/dev/null && break
+	sleep 0.2
+done
+host=$(basename "$path"/*.manifest.json .manifest.json)
+for suffix in xplane.pb pftrace cpu.pb.gz json summary.txt; do
+	expect "export $suffix" "$(stat -c %s "$path/$host.$suffix")" "[1-9]*"
+done
+expect "exports failed" "$(curl -s --unix-socket $sock http://localhost/metrics |
+	awk '/^ringprof_exports_total\{result="failed"\}/ { print $2 }')" 0
 
 # The watchdog: pings keep a working daemon alive at WatchdogSec=2s; a
 # stopped one is killed and restarted.

@@ -181,18 +181,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* No kallsyms to read: kernel frames stay unnamed, quickly. */
 	struct rp_symbolizer_opts so = { .kallsyms = "/dev/null", .perf_map_dir = dir };
 	int (*const writers[])(struct rp_reader *, FILE *, struct rp_err *) = {
-		rp_write_xplane, rp_write_pprof, rp_write_json, rp_write_summary,
+		rp_write_pprof, rp_write_json, rp_write_summary,
 	};
 	const size_t nwriters = sizeof(writers) / sizeof(writers[0]);
 	FILE *null = fopen("/dev/null", "w");
 	check(m && null, "set-up", NULL);
-	/* Then the Perfetto writer, in each grouping. */
-	for (size_t i = 0; i < nwriters + RP_PERFETTO_NGROUPINGS; i++) {
+	/* Then XSpace, and the Perfetto writer in each grouping. */
+	for (size_t i = 0; i <= nwriters + RP_PERFETTO_NGROUPINGS; i++) {
 		struct rp_reader *r;
 		struct rp_err err = { 0 };
 		check(rp_reader_open(dir, m, &so, &r, &err) == 0, "reader", &err);
 		int rc = i < nwriters ? writers[i](r, null, &err) :
-			 rp_write_perfetto(r, null, (enum rp_perfetto_grouping)(i - nwriters), &err);
+			 i == nwriters ? rp_write_xplane(r, null, dir, &err) :
+			 rp_write_perfetto(r, null, (enum rp_perfetto_grouping)(i - nwriters - 1), &err);
 		check(rc == 0, "writer", &err);
 		rp_reader_free(r);
 	}
