@@ -176,6 +176,7 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 {
 	json_t *all, *m;
 	int rc = rp_session_manifests(session_dir, &all, err), first = 0;
+	unsigned failed = 0;
 	if (rc < 0)
 		return rc;
 	size_t i, found = 0;
@@ -192,6 +193,7 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 			snprintf(path, sizeof(path), "%s/%s%s", session_dir, name, formats[f].suffix);
 			struct rp_err ferr = { 0 };
 			rc = rp_export_host(session_dir, m, f, path, opts, &ferr);
+			failed += rc < 0;
 			if (rc < 0 && first == 0) {
 				first = rc;
 				*err = ferr;
@@ -199,6 +201,11 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		}
 	}
 	json_decref(all);
+	if (failed > 1) {
+		size_t n = strlen(err->msg);
+		snprintf(err->msg + n, sizeof(err->msg) - n, "; %u more exports failed (export them "
+			 "one --format at a time to see why)", failed - 1);
+	}
 	if (!found && first == 0 && host)
 		first = rp_err_set(err, -ENOENT, "%s holds no manifest of host %s: is the host name "
 				   "right, and is the session complete?", session_dir, host);

@@ -232,6 +232,7 @@ struct xw {
 	struct rp_err *err;
 	uint64_t start;
 	int fd; /* the spill, -1 before it is made */
+	const char *scratch_dir; /* where it is */
 	uint64_t spill_end;
 	struct plane *planes;
 	size_t nplanes;
@@ -361,9 +362,18 @@ static int spill_write(struct xw *w, const void *data, size_t len, struct extent
 {
 	if (grow(&x->v, &x->cap, x->n + 1, sizeof(*x->v)) < 0)
 		return nomem(w);
-	if (pwrite(w->fd, data, len, (off_t)w->spill_end) != (ssize_t)len)
-		return rp_err_set(w->err, -EIO, "cannot write the XSpace exporter's temporary file "
-				  "(%s): is /tmp full?", strerror(errno));
+	for (size_t done = 0; done < len;) {
+		ssize_t n = pwrite(w->fd, (const char *)data + done, len - done,
+				   (off_t)(w->spill_end + done));
+		if (n <= 0) {
+			int e = n < 0 ? errno : ENOSPC; /* a short write: the disk is full */
+			return rp_err_set(w->err, -e, "cannot write the XSpace exporter's temporary "
+					  "file in %s: %s%s", w->scratch_dir, strerror(e),
+					  e == ENOSPC ? " (free space on its file system, or export "
+							"elsewhere with -o)" : "");
+		}
+		done += (size_t)n;
+	}
 	x->v[x->n++] = (struct extent){ w->spill_end, len };
 	x->bytes += len;
 	w->spill_end += len;
@@ -1159,7 +1169,8 @@ static int open_spill(const char *dir, struct rp_err *err)
 
 int rp_write_xplane(struct rp_reader *r, FILE *out, const char *scratch_dir, struct rp_err *err)
 {
-	struct xw w = { .r = r, .err = err, .start = rp_reader_start_ns(r), .fd = -1 };
+	struct xw w = { .r = r, .err = err, .start = rp_reader_start_ns(r), .fd = -1,
+			.scratch_dir = scratch_dir };
 	int rc = make_planes(&w);
 	if (rc == 0 && (rc = open_spill(scratch_dir, err)) >= 0) {
 		w.fd = rc;

@@ -7,7 +7,9 @@ XProf's own converter for the hosts."""
 
 import contextlib
 import gzip
+import hashlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -171,3 +173,28 @@ def test_corrupt_chunk_keeps_the_rest(session, tmp_path):
     assert "corrupt chunks skipped" in out
     doc = json.load(open(export(damaged, "json", tmp_path / "d.json")))
     assert doc["corrupt_chunks"] >= 1 and doc["trace_events"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_full_disk_fails_cleanly_and_keeps_the_session(tmp_path):
+    """Exports into a file system that fills up: a clear error, no half
+    file, no temporary file, the recorded chunks and manifest untouched."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mnt)], check=True)
+    try:
+        session = make_session(mnt, "--steps", 300)
+        before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in session.iterdir()}
+        r = subprocess.run([str(CLI), "export", str(session)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "No space left on device" in r.stderr and "free space" in r.stderr, r.stderr
+        after = {p.name: p for p in session.iterdir()}
+        assert not [n for n in after if ".tmp" in n], sorted(after)
+        for name, digest in before.items():
+            assert hashlib.sha256(after[name].read_bytes()).hexdigest() == digest, name
+        # Whatever was written is whole: each export file parses.
+        if "synthhost.json" in after:
+            json.load(open(after["synthhost.json"]))
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
