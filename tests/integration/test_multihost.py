@@ -114,6 +114,14 @@ def test_snapshot_fans_out_to_one_shared_session(cluster):
     summary = b.cli("summary", "job42", check=True).stdout
     assert re.findall(r"^host +(\S+)$", summary, re.M) == ["node-a", "node-b", "node-c"]
 
+    # Each daemon exported its own part when it closed: one XProf session,
+    # a file per host.
+    want = [f"{name}.xplane.pb" for name, _, _ in hosts]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not set(want) <= set(os.listdir(session)):
+        time.sleep(0.1)
+    assert sorted(n for n in os.listdir(session) if n.endswith(".xplane.pb")) == want
+
 
 def test_end_defaults_to_one_now_for_every_host(cluster):
     _, token, hosts = cluster
