@@ -40,6 +40,7 @@ struct seen {
 	uint32_t pid, tid, cpu;
 	uint16_t nframes, nkernel;
 	uint64_t user_leaf;   /* 0 when the sample has no user frames */
+	uint64_t callers[3];  /* the next user frames up, 0 past the stack */
 	char name[16];
 };
 
@@ -73,6 +74,8 @@ static int collect(void *ctx, const struct rp_event *ev)
 	if (g->nframes > g->nkernel) {
 		g->user_leaf = ev->u.sample.frames[g->nkernel];
 		s->misplaced += g->user_leaf >= KERNEL_HALF;
+		for (unsigned i = 0; i < 3 && g->nkernel + 1u + i < g->nframes; i++)
+			g->callers[i] = ev->u.sample.frames[g->nkernel + 1 + i];
 	}
 	return 0;
 }
@@ -94,6 +97,9 @@ static struct rp_sampler *open_or_fail(const struct rp_sampler_opts *o)
 		fail_msg("rp_sampler_open: %d: %s", rc, err.msg);
 	return s;
 }
+
+/* spin is short: a return address into it lies within this of its start. */
+#define SPIN_SIZE_MAX 256
 
 __attribute__((noinline, noreturn)) static void spin(const char *name, uint64_t ns)
 {
@@ -207,7 +213,7 @@ static void test_samples(void **state)
 	uint64_t lo, hi;
 	text_range(&lo, &hi);
 	long ncpu = sysconf(_SC_NPROCESSORS_CONF);
-	size_t mine = 0, in_kernel = 0, with_user = 0, leaf_in_text = 0, user_mode = 0;
+	size_t mine = 0, in_kernel = 0, with_user = 0, leaf_in_text = 0, user_mode = 0, via_spin = 0;
 	for (size_t i = 0; i < sink.n; i++) {
 		const struct seen *g = &sink.v[i];
 		assert_int_not_equal(g->tid, 0); /* the idle task is filtered */
@@ -225,17 +231,26 @@ static void test_samples(void **state)
 			user_mode++;
 			leaf_in_text += g->user_leaf >= lo && g->user_leaf < hi;
 		}
+		/* The frame-pointer walk goes up through burn_until to spin. */
+		for (unsigned k = 0; k < 3; k++)
+			if (g->callers[k] > (uintptr_t)spin &&
+			    g->callers[k] < (uintptr_t)spin + SPIN_SIZE_MAX) {
+				via_spin++;
+				break;
+			}
 	}
 	double expect = 99.0 * (double)cpu_ns / 1e9;
 	print_message("%zu samples of the child (%.0f expected from its %.2f s of CPU), %zu in "
 		      "the kernel, %zu with user frames, %zu of %zu user-mode leaves in the "
-		      "test's text; %zu samples in all\n", mine, expect, (double)cpu_ns / 1e9,
-		      in_kernel, with_user, leaf_in_text, user_mode, sink.n);
+		      "test's text, %zu called from spin; %zu samples in all\n", mine, expect,
+		      (double)cpu_ns / 1e9, in_kernel, with_user, leaf_in_text, user_mode, via_spin,
+		      sink.n);
 	assert_true(mine >= 20);
 	assert_true((double)mine >= 0.6 * expect && (double)mine <= 1.2 * expect + 3);
 	assert_true(in_kernel >= mine / 20 && in_kernel < mine);
 	assert_true(with_user >= mine * 9 / 10);
 	assert_true(leaf_in_text >= user_mode / 2);
+	assert_true(via_spin >= mine * 8 / 10);
 	if (stats_fd >= 0 && st.bpf_run_count) {
 		print_message("BPF program: %.0f ns per run over %llu runs (idle CPUs included), "
 			      "%.0f ns per sample taken\n",
