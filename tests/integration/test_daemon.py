@@ -110,7 +110,7 @@ def test_session_three_times_the_horizon_keeps_every_event(tmp_path):
     try:
         session = d.ok("POST", "/v1/sessions", {"name": "long_run"})
         assert session["state"] == "open"
-        producer = start_producer(d, 200000, 4)
+        producer = start_producer(d, 200000, 5)
         time.sleep(2)
         # Sessions overlap: a snapshot while the long session is open.
         overlap = d.ok("POST", "/v1/snapshot", {"last": "500ms"})
