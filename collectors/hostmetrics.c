@@ -196,6 +196,11 @@ static int read_meminfo(struct rp_hostmetrics *h, uint64_t ts, rp_event_fn fn, v
 	return 2;
 }
 
+uint64_t rp_hostmetrics_due_ns(const struct rp_hostmetrics *h)
+{
+	return h->polled ? h->last_ns + h->interval_ns : 0;
+}
+
 int rp_hostmetrics_poll(struct rp_hostmetrics *h, uint64_t now_ns, rp_event_fn fn, void *ctx,
 			struct rp_err *err)
 {

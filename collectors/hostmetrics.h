@@ -33,5 +33,8 @@ void rp_hostmetrics_free(struct rp_hostmetrics *h);
  * or malformed; the error from fn). */
 int rp_hostmetrics_poll(struct rp_hostmetrics *h, uint64_t now_ns, rp_event_fn fn,
 			void *ctx, struct rp_err *err);
+/* When poll reads next (host clock ns; 0 before the first poll), so that
+ * a caller waiting between polls does not sleep past it. */
+uint64_t rp_hostmetrics_due_ns(const struct rp_hostmetrics *h);
 
 #endif

@@ -77,13 +77,9 @@ struct rp_rings {
 	struct sample_ctx *sample_ctx;
 	unsigned sampler_cpus;
 #endif
-	/* The longest the ingest thread may wait without draining (ingest
-	 * thread only): see IDLE_WAIT_MAX_NS. */
-	uint64_t idle_wait_max_ns;
 	struct rp_collector_info sampler_info; /* guarded by lock */
 	struct rp_hostmetrics *hostmetrics;    /* ingest thread only; NULL when off */
 	uint64_t hostmetrics_error_logged;
-	uint64_t hostmetrics_due;              /* when they are read next */
 	pthread_mutex_t devices_lock;    /* serialises device creation */
 	struct device *devices[RP_MAX_DEVICES];
 	atomic_uint ndevices;            /* entries below it are immutable */
@@ -231,8 +227,6 @@ static void poll_host_metrics(struct rp_rings *r)
 	uint64_t now = rp_clock_now_ns();
 	struct rp_err err = { 0 };
 	int rc = rp_hostmetrics_poll(r->hostmetrics, now, to_drain, r->devices[0]->drain, &err);
-	if (rc != 0) /* read, or failed to: either way the next try is an interval on */
-		r->hostmetrics_due = now + r->cfg->host_metrics_interval_ns;
 	if (rc < 0 && now - r->hostmetrics_error_logged > 60000000000ull) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 		r->hostmetrics_error_logged = now;
@@ -316,23 +310,6 @@ static uint64_t sampler_fill_ns(const struct rp_rings *r, unsigned hz)
 }
 #endif
 
-/* The longest wait of the back-off (see IDLE_WAIT_MAX_NS) with the
- * sampler at hz. */
-static void set_idle_wait_max(struct rp_rings *r, unsigned hz)
-{
-	uint64_t poll = r->cfg->poll_interval_ns;
-	uint64_t max = IDLE_WAIT_FACTOR * poll < IDLE_WAIT_MAX_NS ? IDLE_WAIT_FACTOR * poll
-								 : IDLE_WAIT_MAX_NS;
-#ifdef RINGPROF_HAVE_SAMPLER
-	uint64_t fill = sampler_fill_ns(r, hz);
-	if (fill < max)
-		max = fill;
-#else
-	(void)hz;
-#endif
-	r->idle_wait_max_ns = max > poll ? max : poll;
-}
-
 /* CPU samples go to the host ring (device 0); samples the BPF ring buffer
  * lost become a drops event, so snapshots count them too.  want_hz (0:
  * none): the rate to sample at from now on; a failure to set it goes to
@@ -354,7 +331,6 @@ static void poll_sampler(struct rp_rings *r, unsigned want_hz, struct rp_err *hz
 	    rp_sampler_set_frequency(r->sampler, want_hz, hz_err) == 0) {
 		fprintf(stderr, "ringprofd: CPU sampler: %u Hz (was %u)\n", want_hz, st.frequency_hz);
 		st.frequency_hz = want_hz;
-		set_idle_wait_max(r, want_hz);
 	}
 	if (st.lost > r->sampler_lost_seen) {
 		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = rp_clock_now_ns(),
@@ -418,7 +394,6 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 	if (rc == 0) {
 		snprintf(info->state, sizeof(info->state), "running");
 		info->frequency_hz = r->cfg->sampler_hz;
-		set_idle_wait_max(r, r->cfg->sampler_hz);
 		return 0;
 	}
 	snprintf(info->state, sizeof(info->state), "disabled");
@@ -438,18 +413,35 @@ static void start_host_metrics(struct rp_rings *r)
 		fprintf(stderr, "ringprofd: host metrics disabled: %s\n", err.msg);
 }
 
-/* The wait after a round, the last one having been wait_ns: back to
- * poll_interval after a busy round, else twice as long up to
- * idle_wait_max_ns, but no later than host metrics are due. */
+/* The longest wait of the back-off (see IDLE_WAIT_MAX_NS) at the rate
+ * the sampler runs at now (lock held). */
+static uint64_t idle_wait_max(const struct rp_rings *r)
+{
+	uint64_t poll = r->cfg->poll_interval_ns;
+	uint64_t max = IDLE_WAIT_FACTOR * poll < IDLE_WAIT_MAX_NS ? IDLE_WAIT_FACTOR * poll
+								 : IDLE_WAIT_MAX_NS;
+#ifdef RINGPROF_HAVE_SAMPLER
+	uint64_t fill = sampler_fill_ns(r, r->sampler_info.frequency_hz);
+	if (fill < max)
+		max = fill;
+#endif
+	return max > poll ? max : poll;
+}
+
+/* The wait after a round, the last one having been wait_ns (lock held):
+ * back to poll_interval after a busy round, else twice as long up to
+ * idle_wait_max, but no later than host metrics are due. */
 static uint64_t next_wait(const struct rp_rings *r, uint64_t wait_ns, bool busy)
 {
 	uint64_t poll = r->cfg->poll_interval_ns;
 	if (busy)
 		return poll;
-	wait_ns = 2 * wait_ns < r->idle_wait_max_ns ? 2 * wait_ns : r->idle_wait_max_ns;
+	uint64_t max = idle_wait_max(r);
+	wait_ns = 2 * wait_ns < max ? 2 * wait_ns : max;
 	if (r->hostmetrics && wait_ns > poll) {
 		uint64_t now = rp_clock_now_ns();
-		uint64_t due = r->hostmetrics_due > now ? r->hostmetrics_due - now : 0;
+		uint64_t at = rp_hostmetrics_due_ns(r->hostmetrics);
+		uint64_t due = at > now ? at - now : 0;
 		if (due < wait_ns)
 			wait_ns = due > poll ? due : poll;
 	}
@@ -465,7 +457,6 @@ static void *ingest_main(void *arg)
 	pthread_mutex_lock(&r->lock);
 	while (!r->stop) {
 		struct pending *pending = r->pending;
-		bool busy = pending != NULL;
 		r->pending = NULL;
 		/* Only requests not served yet: the counters only grow. */
 		uint64_t flush_wanted = r->flush_requested > r->flush_done ? r->flush_requested : 0;
@@ -473,7 +464,7 @@ static void *ingest_main(void *arg)
 		unsigned want_hz = hz_request ? r->sampler_hz_wanted : 0;
 		rp_drain_observer observer = r->observer;
 		void *observer_ctx = r->observer_ctx;
-		busy |= flush_wanted || hz_request;
+		bool busy = pending || flush_wanted || hz_request;
 		pthread_mutex_unlock(&r->lock);
 
 		while (pending) {
@@ -623,7 +614,6 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 				r->devices[0] = host;
 			}
 	}
-	set_idle_wait_max(r, 0);
 	if (rc == 0)
 		rc = start_sampler(r, err);
 	if (rc == 0)

@@ -141,13 +141,6 @@ static bool is_metadata(const struct rp_event *ev)
 	       ev->kind == RP_EV_PROCESS_CMDLINE || ev->kind == RP_EV_MAPPING;
 }
 
-/* Metadata of a whole process rather than of one of its threads. */
-static bool is_process_meta(const struct rp_event *ev)
-{
-	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_PROCESS_CMDLINE ||
-	       ev->kind == RP_EV_MAPPING;
-}
-
 static uint32_t bucket(uint32_t pid, uint32_t tid)
 {
 	uint64_t h = ((uint64_t)pid * 0x9e3779b97f4a7c15ull ^ tid) * 0x9e3779b97f4a7c15ull;
@@ -294,6 +287,19 @@ static void seen_clear(struct seen *s)
 	}
 }
 
+/* The open chunk holds no metadata as far as the drain knows: the next
+ * event of each process and thread gets theirs. */
+static void seen_clear_all(struct rp_drain *d)
+{
+	seen_clear(&d->procs);
+	seen_clear(&d->threads);
+}
+
+static uint32_t seen_hash(uint64_t key, uint32_t mask)
+{
+	return (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & mask;
+}
+
 static int seen_grow(struct seen *s)
 {
 	uint32_t size = s->slot ? 2 * (s->mask + 1) : 64;
@@ -303,7 +309,7 @@ static int seen_grow(struct seen *s)
 	for (uint32_t i = 0; s->slot && i <= s->mask; i++) {
 		if (s->slot[i].gen != s->gen)
 			continue;
-		uint32_t j = (uint32_t)(s->slot[i].key * 0x9e3779b97f4a7c15ull >> 32) & (size - 1);
+		uint32_t j = seen_hash(s->slot[i].key, size - 1);
 		while (slot[j].gen == s->gen)
 			j = (j + 1) & (size - 1);
 		slot[j] = s->slot[i];
@@ -316,8 +322,9 @@ static int seen_grow(struct seen *s)
 
 /* Whether key is new to the open chunk; it is then added.  Should the
  * table not grow, everything is new: metadata is written again, never
- * left out. */
-static bool seen_first(struct seen *s, uint64_t key)
+ * left out.  Inline, like chunk_add and introduce: they run for every
+ * event, and for most a call would cost more than what they do. */
+static inline bool seen_first(struct seen *s, uint64_t key)
 {
 	if (s->last == key && s->last_gen == s->gen)
 		return false;
@@ -325,8 +332,7 @@ static bool seen_first(struct seen *s, uint64_t key)
 		return true;
 	s->last = key;
 	s->last_gen = s->gen;
-	for (uint32_t i = (uint32_t)(key * 0x9e3779b97f4a7c15ull >> 32) & s->mask;;
-	     i = (i + 1) & s->mask) {
+	for (uint32_t i = seen_hash(key, s->mask);; i = (i + 1) & s->mask) {
 		if (s->slot[i].gen != s->gen) {
 			s->slot[i] = (struct seen_slot){ key, s->gen };
 			s->n++;
@@ -338,7 +344,7 @@ static bool seen_first(struct seen *s, uint64_t key)
 }
 
 /* Add ev to the open chunk, noting whose it is. */
-static int chunk_add(struct rp_drain *d, const struct rp_event *ev, bool meta)
+static inline int chunk_add(struct rp_drain *d, const struct rp_event *ev, bool meta)
 {
 	if (d->nplaced == d->placed_cap) {
 		size_t cap = d->placed_cap ? 2 * d->placed_cap : 1024;
@@ -424,8 +430,8 @@ static int replay_entries(struct rp_drain *d, struct meta_set *s, uint32_t pid, 
 /* Write the metadata of process pid (and of thread tid, unless
  * process_only) that the open chunk does not hold yet: names first, the
  * mappings, which may not all fit, last. */
-static int introduce(struct rp_drain *d, uint32_t pid, uint32_t tid, bool process_only,
-		     const struct rp_event *skip, uint64_t ts)
+static inline int introduce(struct rp_drain *d, uint32_t pid, uint32_t tid,
+			    bool process_only, const struct rp_event *skip, uint64_t ts)
 {
 	bool thread = !process_only && seen_first(&d->threads, (uint64_t)pid << 32 | tid);
 	if (!process_only && !thread)
@@ -446,8 +452,7 @@ static int introduce(struct rp_drain *d, uint32_t pid, uint32_t tid, bool proces
  * as it fits. */
 static void carry_over(struct rp_drain *d)
 {
-	seen_clear(&d->procs);
-	seen_clear(&d->threads);
+	seen_clear_all(d);
 	size_t carried = rp_chunk_builder_count(d->builder);
 	size_t first = d->nplaced > carried ? d->nplaced - carried : 0;
 	memmove(d->placed, d->placed + first, (d->nplaced - first) * sizeof(*d->placed));
@@ -464,8 +469,7 @@ static void carry_over(struct rp_drain *d)
 		    introduce(d, d->placed[i].pid, d->placed[i].tid, false, NULL, ts) < 0) {
 			/* No room left: the next event that needs metadata
 			 * seals this chunk and opens one of its own. */
-			seen_clear(&d->procs);
-			seen_clear(&d->threads);
+			seen_clear_all(d);
 			return;
 		}
 	}
@@ -479,8 +483,7 @@ static int seal_one(struct rp_drain *d, struct rp_err *err)
 	if (rc < 0) {
 		/* What the open chunk holds is not known for sure any more:
 		 * metadata is written again. */
-		seen_clear(&d->procs);
-		seen_clear(&d->threads);
+		seen_clear_all(d);
 		return rp_err_set(err, rc, "sealing a chunk failed: %s", strerror(-rc));
 	}
 	carry_over(d);
@@ -510,7 +513,8 @@ static int add_event(struct rp_drain *d, const struct rp_event *ev, struct rp_er
 			open_chunk(d, ev->ts);
 		/* Metadata goes before the events that need it, so that the
 		 * prefix a split seals holds what its events need. */
-		int rc = introduce(d, ev->pid, ev->tid, is_process_meta(ev), meta ? ev : NULL, ev->ts);
+		int rc = introduce(d, ev->pid, ev->tid, meta && ev->kind != RP_EV_THREAD_NAME,
+				   meta ? ev : NULL, ev->ts);
 		if (rc == 0)
 			rc = chunk_add(d, ev, meta);
 		if (rc == 0)

@@ -94,8 +94,10 @@ static void utilisation_and_memory(void **state)
 	assert_int_equal(rp_hostmetrics_new(root, SEC, &h, &err), 0);
 
 	struct got g = { 0 };
+	assert_int_equal(rp_hostmetrics_due_ns(h), 0); /* due at once */
 	/* The first reading: memory, and only the baseline of the CPUs. */
 	assert_int_equal(rp_hostmetrics_poll(h, 10 * SEC, collect, &g, &err), 2);
+	assert_int_equal(rp_hostmetrics_due_ns(h), 11 * SEC);
 	assert_true(value_of(&g, "host_mem_used") == 4000000.0 * 1024);
 	assert_true(value_of(&g, "host_mem_available") == 12000000.0 * 1024);
 	assert_true(g.ts[0] == 10 * SEC);
@@ -110,6 +112,7 @@ static void utilisation_and_memory(void **state)
 	g.n = 0;
 	assert_int_equal(rp_hostmetrics_poll(h, 10 * SEC + SEC / 2, collect, &g, &err), 0);
 	assert_int_equal(g.n, 0);
+	assert_int_equal(rp_hostmetrics_due_ns(h), 11 * SEC); /* not read: still due then */
 	assert_int_equal(rp_hostmetrics_poll(h, 11 * SEC, collect, &g, &err), 5);
 	assert_true(value_of(&g, "cpu_util/cpu0") == 60.0);
 	assert_true(value_of(&g, "cpu_util/cpu1") == 0.0);
