@@ -287,6 +287,13 @@ static int make_session_dir(struct rp_session *s, const char *profile, const cha
 			  "give the session a name", s->id, s->id, MAX_SUFFIX, s->run, profile);
 }
 
+void rp_session_file_host(char *host)
+{
+	for (char *p = host; *p; p++)
+		if (*p == ':' || *p == '/')
+			*p = '_';
+}
+
 int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 		    struct rp_err *err)
 {
@@ -319,10 +326,8 @@ int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 	s->id = strdup(opts->id ? opts->id : generated);
 	s->run = strdup(opts->run);
 	s->host = strdup(opts->host);
-	s->file_host = strdup(opts->host);
-	for (char *p = s->file_host; p && *p; p++)
-		if (*p == ':' || *p == '/')
-			*p = '_';
+	if ((s->file_host = strdup(opts->host)))
+		rp_session_file_host(s->file_host);
 	s->source = strdup(opts->source);
 	s->reason = opts->reason ? strdup(opts->reason) : NULL;
 	s->trigger_extra = opts->trigger_extra ? json_deep_copy(opts->trigger_extra) : NULL;

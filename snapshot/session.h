@@ -89,6 +89,10 @@ json_t *rp_session_to_json(const struct rp_session *s);
 /* Unpins if still open (the session is then left FAILED on disk). */
 void rp_session_free(struct rp_session *s);
 
+/* Rewrites a host name, in place, as session file names spell it: ':'
+ * and '/' become '_'. */
+void rp_session_file_host(char *host);
+
 /* Reading a session back.  Every host's manifest in session directory
  * dir, sorted by host: a new JSON array (empty while none is written),
  * each with "path" set to dir as this host sees it.  Unreadable manifests

@@ -102,32 +102,20 @@ static mode_t session_mode(const char *session_dir)
 	return stat(session_dir, &st) == 0 ? st.st_mode & 0666 : 0644;
 }
 
-int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
-		   const char *path, const struct rp_export_opts *opts, struct rp_err *err)
+/* Format f of reader r's host part into path, through a temporary file
+ * renamed into place when whole. */
+static int write_format(struct rp_reader *r, const char *session_dir, enum rp_export_format f,
+			const char *path, const struct rp_export_opts *opts, struct rp_err *err)
 {
-	static const struct rp_export_opts defaults;
-	if (!opts)
-		opts = &defaults;
-	if (f >= RP_EXPORT_NFORMATS)
-		return rp_err_set(err, -EINVAL, "unknown export format %d", (int)f);
-	if (opts->perfetto_grouping >= RP_PERFETTO_NGROUPINGS)
-		return rp_err_set(err, -EINVAL, "unknown Perfetto grouping %d",
-				  (int)opts->perfetto_grouping);
-	/* A temporary name beside the target, renamed into place when whole. */
 	char tmp[PATH_MAX];
 	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
 		return rp_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
-	struct rp_reader *r;
-	int rc = rp_reader_open(session_dir, manifest, NULL, &r, err);
-	if (rc < 0)
-		return rc;
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, session_mode(session_dir));
+	int rc, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, session_mode(session_dir));
 	FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
 	if (!out) {
 		rc = -errno;
 		if (fd >= 0)
 			close(fd);
-		rp_reader_free(r);
 		return rp_err_set(err, rc, "cannot create %s: %s%s", tmp, strerror(-rc),
 				  rc == -EACCES ? " (write access to its directory is needed)" : "");
 	}
@@ -153,27 +141,46 @@ int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_for
 		rc = rp_err_set(err, -errno, "cannot write %s: %s", tmp, strerror(errno));
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = rp_err_set(err, -errno, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-	if (rc < 0)
+	if (rc < 0) {
 		unlink(tmp);
-	rp_reader_free(r);
-	if (rc < 0)
 		rp_err_prefix(err, "%s export of %s (host %s)", formats[f].name, session_dir,
-			      json_string_value(json_object_get(manifest, "host")));
+			      rp_reader_host(r));
+	}
 	return rc;
 }
 
-/* The host name as it appears in the session's file names. */
-static void file_host(const char *host, char *out, size_t len)
+static int check_opts(enum rp_export_format f, const struct rp_export_opts *opts,
+		      struct rp_err *err)
 {
-	snprintf(out, len, "%s", host);
-	for (char *p = out; *p; p++)
-		if (*p == ':' || *p == '/')
-			*p = '_';
+	if (f >= RP_EXPORT_NFORMATS)
+		return rp_err_set(err, -EINVAL, "unknown export format %d", (int)f);
+	if (opts->perfetto_grouping >= RP_PERFETTO_NGROUPINGS)
+		return rp_err_set(err, -EINVAL, "unknown Perfetto grouping %d",
+				  (int)opts->perfetto_grouping);
+	return 0;
+}
+
+static const struct rp_export_opts default_opts;
+
+int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
+		   const char *path, const struct rp_export_opts *opts, struct rp_err *err)
+{
+	if (!opts)
+		opts = &default_opts;
+	struct rp_reader *r;
+	int rc = check_opts(f, opts, err);
+	if (rc < 0 || (rc = rp_reader_open(session_dir, manifest, NULL, &r, err)) < 0)
+		return rc;
+	rc = write_format(r, session_dir, f, path, opts, err);
+	rp_reader_free(r);
+	return rc;
 }
 
 int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		      const struct rp_export_opts *opts, struct rp_err *err)
 {
+	if (!opts)
+		opts = &default_opts;
 	json_t *all, *m;
 	int rc = rp_session_manifests(session_dir, &all, err), first = 0;
 	unsigned failed = 0;
@@ -186,19 +193,26 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 			continue;
 		found++;
 		char name[256], path[PATH_MAX];
-		file_host(h, name, sizeof(name));
+		snprintf(name, sizeof(name), "%s", h);
+		rp_session_file_host(name);
+		/* One reader for every format: the metadata pass, the symbol
+		 * tables and the frames already named are shared. */
+		struct rp_reader *r = NULL;
+		struct rp_err ferr = { 0 };
+		rc = rp_reader_open(session_dir, m, NULL, &r, &ferr);
 		for (unsigned f = 0; f < RP_EXPORT_NFORMATS; f++) {
 			if (!(mask & 1u << f))
 				continue;
 			snprintf(path, sizeof(path), "%s/%s%s", session_dir, name, formats[f].suffix);
-			struct rp_err ferr = { 0 };
-			rc = rp_export_host(session_dir, m, f, path, opts, &ferr);
+			if (r && (rc = check_opts(f, opts, &ferr)) == 0)
+				rc = write_format(r, session_dir, f, path, opts, &ferr);
 			failed += rc < 0;
 			if (rc < 0 && first == 0) {
 				first = rc;
 				*err = ferr;
 			}
 		}
+		rp_reader_free(r);
 	}
 	json_decref(all);
 	if (failed > 1) {

@@ -27,8 +27,9 @@
  * in time order, not sorted across threads.
  *
  * Streamed: one pass over the session per array (and one first, for the
- * processes), each element written as it comes; memory grows with the
- * threads and distinct frames only. */
+ * processes, which also counts each array's elements so that an empty
+ * one costs no pass), each element written as it comes; memory grows
+ * with the threads and distinct frames only. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -54,13 +55,16 @@ struct frame {
 	char *name;
 };
 
-enum section { PROCESSES, TRACE_EVENTS, COUNTERS, CPU_SAMPLES, DROPS };
+/* The arrays, in the file's order; NO_ELEMENT for events that have none
+ * (a range's begin: its end carries it). */
+enum section { PROCESSES, TRACE_EVENTS, COUNTERS, CPU_SAMPLES, DROPS, NO_ELEMENT };
 
 struct jout {
 	struct rp_reader *r;
 	FILE *out;
 	int error; /* errno of the first failed write */
 	enum section section;
+	size_t elements[NO_ELEMENT + 1]; /* of each array, counted by the first pass */
 	bool first; /* no element written yet in this array */
 	struct thread *threads;
 	size_t threads_mask, nthreads;
@@ -205,14 +209,6 @@ static void put_str(struct jout *o, const char *s)
 		p++;
 	}
 	PUT(o, "\"");
-}
-
-/* "key": as a member after the first of an object. */
-static void put_key(struct jout *o, const char *key)
-{
-	PUT(o, ",");
-	put_str(o, key);
-	PUT(o, ":");
 }
 
 static void put_str_or_null(struct jout *o, const char *s)
@@ -370,6 +366,27 @@ static int thread_group(struct jout *o, const struct rp_event *ev)
 	return 0;
 }
 
+/* The array whose element an event of this kind is. */
+static enum section section_of(uint8_t kind)
+{
+	switch (kind) {
+	case RP_EV_RANGE_END:
+	case RP_EV_INSTANT:
+	case RP_EV_API_CALL:
+	case RP_EV_GPU_ACTIVITY:
+		return TRACE_EVENTS;
+	case RP_EV_COUNTER:
+		return COUNTERS;
+	case RP_EV_CPU_SAMPLE:
+		return CPU_SAMPLES;
+	case RP_EV_DROPS:
+		return DROPS;
+	default:
+		return NO_ELEMENT;
+	}
+}
+
+/* One of the kinds section_of puts in TRACE_EVENTS. */
 static int trace_event(struct jout *o, const struct rp_reader_event *e)
 {
 	const struct rp_event *ev = e->ev;
@@ -414,8 +431,6 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 		}
 		PUT(o, "}}");
 		break;
-	default:
-		break;
 	}
 	return rc;
 }
@@ -440,12 +455,9 @@ static int cpu_sample(struct jout *o, const struct rp_reader_event *e)
 	PUT(o, ",\"kernel_frames\":");
 	put_u64(o, ev->u.sample.nkernel);
 	PUT(o, ",\"frames\":[");
-	/* Frames but the leaf of the kernel and of the user stack are return
-	 * addresses: looked up one byte earlier, inside the call. */
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
-		bool kernel = i < ev->u.sample.nkernel, leaf = i == 0 || i == ev->u.sample.nkernel;
-		uint64_t ip = ev->u.sample.frames[i];
-		const char *name = frame_name(o, ev->pid, leaf || !ip ? ip : ip - 1, kernel);
+		const char *name = frame_name(o, ev->pid, rp_frame_address(ev->u.sample.frames,
+						ev->u.sample.nkernel, i), i < ev->u.sample.nkernel);
 		if (!name)
 			return -ENOMEM;
 		if (i)
@@ -460,14 +472,17 @@ static int write_event(void *ctx, const struct rp_reader_event *e)
 {
 	struct jout *o = ctx;
 	const struct rp_event *ev = e->ev;
-	switch (o->section) {
-	case PROCESSES:
+	enum section s = section_of(ev->kind);
+	if (o->section == PROCESSES) {
+		o->elements[s]++;
 		return thread_of(o, ev->pid, ev->tid) ? 0 : -ENOMEM;
+	}
+	if (s != o->section)
+		return 0;
+	switch (s) {
 	case TRACE_EVENTS:
 		return trace_event(o, e);
 	case COUNTERS:
-		if (ev->kind != RP_EV_COUNTER)
-			return 0;
 		element(o);
 		PUT(o, "{\"name\":");
 		put_str(o, ev->name ? ev->name : "");
@@ -482,10 +497,8 @@ static int write_event(void *ctx, const struct rp_reader_event *e)
 		PUT(o, "}");
 		return 0;
 	case CPU_SAMPLES:
-		return ev->kind == RP_EV_CPU_SAMPLE ? cpu_sample(o, e) : 0;
+		return cpu_sample(o, e);
 	case DROPS:
-		if (ev->kind != RP_EV_DROPS)
-			return 0;
 		element(o);
 		PUT(o, "{\"timestamp\":");
 		put_wall(o, ev->ts);
@@ -499,8 +512,9 @@ static int write_event(void *ctx, const struct rp_reader_event *e)
 		put_u64(o, ev->u.drops.count);
 		PUT(o, "}");
 		return 0;
+	default:
+		return 0;
 	}
-	return 0;
 }
 
 static int by_key(const void *a, const void *b)
@@ -582,15 +596,15 @@ static void put_header(struct jout *o)
 	put_json(o, json_object_get(m, "trigger"));
 	PUT(o, "},\n\"clock\":{\"name\":");
 	put_json(o, json_object_get(m, "clock"));
-	put_key(o, "wall_offset_ns");
+	PUT(o, ",\"wall_offset_ns\":");
 	put_i64(o, rp_reader_wall_offset_ns(r));
-	put_key(o, "profile_start_ns");
+	PUT(o, ",\"profile_start_ns\":");
 	put_u64(o, t0);
-	put_key(o, "profile_end_ns");
+	PUT(o, ",\"profile_end_ns\":");
 	put_u64(o, t1);
-	put_key(o, "profile_start_wall_ns");
+	PUT(o, ",\"profile_start_wall_ns\":");
 	put_wall(o, t0);
-	put_key(o, "profile_end_wall_ns");
+	PUT(o, ",\"profile_end_wall_ns\":");
 	put_wall(o, t1);
 	PUT(o, "},\n\"devices\":[");
 	for (size_t d = 0; d < rp_reader_device_count(r); d++) {
@@ -619,13 +633,15 @@ int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err)
 	int rc = rp_reader_each(r, write_event, o, err);
 	if (rc == 0)
 		rc = put_processes(o);
-	for (enum section s = TRACE_EVENTS; s <= DROPS && rc == 0; s++) {
+	/* No more passes once a write failed: the file is lost. */
+	for (enum section s = TRACE_EVENTS; s <= DROPS && rc == 0 && !o->error; s++) {
 		o->section = s;
 		o->first = true;
 		PUT(o, ",\n");
 		put_str(o, section_names[s]);
 		PUT(o, ":[");
-		rc = rp_reader_each(r, write_event, o, err);
+		if (o->elements[s])
+			rc = rp_reader_each(r, write_event, o, err);
 		PUT(o, "\n]");
 	}
 	if (rc == 0) {

@@ -597,7 +597,7 @@ static int find_track(struct pf *w, const struct track_key *k, const char *count
 		      struct track **out)
 {
 	uint64_t h = track_hash(k);
-	for (size_t i = w->tracks ? h & w->tracks_mask : 0; w->tracks && w->tracks[i].uuid;
+	for (size_t i = h & w->tracks_mask; w->tracks && w->tracks[i].uuid;
 	     i = (i + 1) & w->tracks_mask)
 		if (memcmp(&w->tracks[i].k, k, sizeof(*k)) == 0) {
 			*out = &w->tracks[i];
@@ -901,8 +901,8 @@ static int cpu_sample(struct pf *w, const struct rp_event *ev)
 	s.cpu_mode = ev->u.sample.nkernel ? PERFETTO__PROTOS__PROFILING__CPU_MODE__MODE_KERNEL :
 					    PERFETTO__PROTOS__PROFILING__CPU_MODE__MODE_USER;
 	for (size_t i = 0; i < n; i++) {
-		bool kernel = i < ev->u.sample.nkernel, leaf = i == 0 || i == ev->u.sample.nkernel;
-		int rc = frame_iid(w, ev->pid, ev->u.sample.frames[i] - !leaf, kernel,
+		int rc = frame_iid(w, ev->pid, rp_frame_address(ev->u.sample.frames,
+					ev->u.sample.nkernel, (unsigned)i), i < ev->u.sample.nkernel,
 				   &w->stack_ids[n - 1 - i]);
 		if (rc < 0)
 			return rc;
@@ -975,23 +975,15 @@ static int on_event(void *ctx, const struct rp_reader_event *e)
  * anything else as it is. */
 static void describe_device(struct device_info *d, const char *ring, const char *host)
 {
-	static const struct { const char *prefix, *kind; } kinds[] = {
-		{ "gpu", "GPU" }, { "tpu", "TPU" },
-	};
-	d->host = strcmp(ring, "host") == 0;
-	d->kind = "device";
-	d->number = -1;
-	snprintf(d->label, sizeof(d->label), "%s", d->host ? host : ring);
-	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-		size_t len = strlen(kinds[i].prefix);
-		const char *num = ring + len;
-		if (strncmp(ring, kinds[i].prefix, len) != 0 || !*num ||
-		    strspn(num, "0123456789") != strlen(num) || strlen(num) > 9)
-			continue;
-		d->kind = kinds[i].kind;
-		d->number = strtol(num, NULL, 10);
+	unsigned n = 0;
+	enum rp_device_kind kind = rp_device_kind_of(ring, &n);
+	d->host = kind == RP_DEVICE_HOST;
+	d->kind = kind == RP_DEVICE_GPU ? "GPU" : kind == RP_DEVICE_TPU ? "TPU" : "device";
+	d->number = kind == RP_DEVICE_GPU || kind == RP_DEVICE_TPU ? (long)n : -1;
+	if (d->number >= 0)
 		snprintf(d->label, sizeof(d->label), "%s %ld", d->kind, d->number);
-	}
+	else
+		snprintf(d->label, sizeof(d->label), "%s", d->host ? host : ring);
 }
 
 int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,

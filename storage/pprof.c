@@ -68,32 +68,10 @@ static void index_take(struct index *ix, struct slot *s, uint32_t id, uint32_t h
 	ix->n++;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-	h ^= v;
-	h *= 0x9e3779b97f4a7c15ull;
-	return h ^ h >> 31;
-}
-
+/* A slot's hash from rp_hash_u64's or rp_hash_str's. */
 static uint32_t fold(uint64_t h)
 {
 	return (uint32_t)(h ^ h >> 32);
-}
-
-/* Grows the array *pp of *cap elements to hold n + 1: -1 without memory. */
-static int reserve(void *pp, size_t *cap, size_t n, size_t elem)
-{
-	if (n < *cap)
-		return 0;
-	size_t grown_cap = *cap ? 2 * *cap : 256;
-	void *old;
-	memcpy(&old, pp, sizeof(old));
-	void *grown = realloc(old, grown_cap * elem);
-	if (!grown)
-		return -1;
-	memcpy(pp, &grown, sizeof(grown));
-	*cap = grown_cap;
-	return 0;
 }
 
 /* A distinct (pid, tid, stack): frames (leaf first, as sampled) become
@@ -159,7 +137,7 @@ static int64_t intern(struct agg *a, const char *s)
 	if (sl->id)
 		return sl->id - 1;
 	char *copy = strdup(s);
-	if (!copy || reserve(&a->strings, &a->strings_cap, a->nstrings, sizeof(char *)) < 0) {
+	if (!copy || rp_array_reserve(&a->strings, &a->strings_cap, a->nstrings + 1, sizeof(char *)) < 0) {
 		free(copy);
 		return -1;
 	}
@@ -182,7 +160,8 @@ static uint64_t *frames_alloc(struct agg *a, size_t n)
 {
 	if (!a->nblocks || a->block_used + n > FRAME_BLOCK) {
 		uint64_t *block = malloc(FRAME_BLOCK * sizeof(*block));
-		if (!block || reserve(&a->blocks, &a->blocks_cap, a->nblocks, sizeof(*a->blocks)) < 0) {
+		if (!block || rp_array_reserve(&a->blocks, &a->blocks_cap, a->nblocks + 1,
+					       sizeof(*a->blocks)) < 0) {
 			free(block);
 			return NULL;
 		}
@@ -200,17 +179,18 @@ static int count_sample(void *ctx, const struct rp_reader_event *e)
 	const struct rp_event *ev = e->ev;
 	if (ev->kind != RP_EV_CPU_SAMPLE)
 		return 0;
-	uint64_t h = mix((uint64_t)ev->pid << 32 | ev->tid,
-			 (uint64_t)ev->u.sample.nkernel << 16 | ev->u.sample.nframes);
+	uint64_t h = rp_hash_u64(((uint64_t)ev->pid << 32 | ev->tid) ^
+				 ((uint64_t)ev->u.sample.nkernel << 16 | ev->u.sample.nframes));
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++)
-		h = mix(h, ev->u.sample.frames[i]);
+		h = rp_hash_u64(h ^ ev->u.sample.frames[i]);
 	uint32_t hash = fold(h);
 	struct slot *sl = index_find(&a->stack_ix, hash, stack_eq, a, ev);
 	if (!sl)
 		return -ENOMEM;
 	if (!sl->id) {
 		uint64_t *frames = frames_alloc(a, ev->u.sample.nframes);
-		if (!frames || reserve(&a->stacks, &a->stacks_cap, a->nstacks, sizeof(*a->stacks)) < 0)
+		if (!frames || rp_array_reserve(&a->stacks, &a->stacks_cap, a->nstacks + 1,
+						sizeof(*a->stacks)) < 0)
 			return -ENOMEM;
 		memcpy(frames, ev->u.sample.frames, ev->u.sample.nframes * sizeof(uint64_t));
 		a->stacks[a->nstacks++] = (struct stack){
@@ -250,12 +230,12 @@ static bool mapping_eq(const void *ctx, uint32_t id, const void *key)
 /* The id of the mapping of module (a string index): 0 without memory. */
 static uint64_t mapping_id(struct agg *a, int64_t module)
 {
-	uint32_t hash = fold(mix(0, (uint64_t)module));
+	uint32_t hash = fold(rp_hash_u64((uint64_t)module));
 	struct slot *sl = index_find(&a->mapping_ix, hash, mapping_eq, a, &module);
 	if (!sl)
 		return 0;
 	if (!sl->id) {
-		if (reserve(&a->mappings, &a->mappings_cap, a->nmappings, sizeof(*a->mappings)) < 0)
+		if (rp_array_reserve(&a->mappings, &a->mappings_cap, a->nmappings + 1, sizeof(*a->mappings)) < 0)
 			return 0;
 		a->mappings[a->nmappings++] = module;
 		index_take(&a->mapping_ix, sl, (uint32_t)a->nmappings, hash);
@@ -266,12 +246,12 @@ static uint64_t mapping_id(struct agg *a, int64_t module)
 static uint64_t function_id(struct agg *a, int64_t name, int64_t file)
 {
 	struct function key = { name, file };
-	uint32_t hash = fold(mix(mix(0, (uint64_t)name), (uint64_t)file));
+	uint32_t hash = fold(rp_hash_u64(rp_hash_u64((uint64_t)name) ^ (uint64_t)file));
 	struct slot *sl = index_find(&a->func_ix, hash, func_eq, a, &key);
 	if (!sl)
 		return 0;
 	if (!sl->id) {
-		if (reserve(&a->funcs, &a->funcs_cap, a->nfuncs, sizeof(*a->funcs)) < 0)
+		if (rp_array_reserve(&a->funcs, &a->funcs_cap, a->nfuncs + 1, sizeof(*a->funcs)) < 0)
 			return 0;
 		a->funcs[a->nfuncs++] = key;
 		index_take(&a->func_ix, sl, (uint32_t)a->nfuncs, hash);
@@ -285,7 +265,7 @@ static uint64_t function_id(struct agg *a, int64_t name, int64_t file)
 static uint64_t location_id(struct agg *a, uint32_t pid, uint64_t addr, bool kernel)
 {
 	struct location key = { .pid = kernel ? 0 : pid, .kernel = kernel, .addr = addr };
-	uint32_t hash = fold(mix(mix(key.pid, addr), kernel));
+	uint32_t hash = fold(rp_hash_u64(addr * 31 + ((uint64_t)key.pid << 1 | kernel)));
 	struct slot *sl = index_find(&a->loc_ix, hash, loc_eq, a, &key);
 	if (!sl)
 		return 0;
@@ -300,7 +280,7 @@ static uint64_t location_id(struct agg *a, uint32_t pid, uint64_t addr, bool ker
 	int64_t mod = intern(a, module);
 	if (name < 0 || file < 0 || mod < 0 ||
 	    !(key.mapping_id = mapping_id(a, mod)) || !(key.function_id = function_id(a, name, file)) ||
-	    reserve(&a->locs, &a->locs_cap, a->nlocs, sizeof(*a->locs)) < 0)
+	    rp_array_reserve(&a->locs, &a->locs_cap, a->nlocs + 1, sizeof(*a->locs)) < 0)
 		return 0;
 	key.line = sym.line;
 	a->locs[a->nlocs++] = key;
@@ -308,17 +288,14 @@ static uint64_t location_id(struct agg *a, uint32_t pid, uint64_t addr, bool ker
 	return a->nlocs;
 }
 
-/* Every frame of every stack into its location id.  Frames but the
- * leaf of the kernel and of the user stack are return addresses: looked
- * up one byte earlier, inside the call. */
+/* Every frame of every stack into its location id. */
 static int locate_frames(struct agg *a)
 {
 	for (size_t k = 0; k < a->nstacks; k++) {
 		struct stack *s = &a->stacks[k];
 		for (unsigned i = 0; i < s->nframes; i++) {
-			bool kernel = i < s->nkernel, leaf = i == 0 || i == s->nkernel;
-			uint64_t ip = s->frames[i];
-			if (!(s->frames[i] = location_id(a, s->pid, leaf || !ip ? ip : ip - 1, kernel)))
+			uint64_t ip = rp_frame_address(s->frames, s->nkernel, i);
+			if (!(s->frames[i] = location_id(a, s->pid, ip, i < s->nkernel)))
 				return -ENOMEM;
 		}
 	}

@@ -24,16 +24,17 @@ struct rate_point {
 	double hz;
 };
 
+/* The name is kept in place: no allocation per range. */
 struct open_range {
 	uint64_t ts;
-	char *name;
+	char name[RP_NAME_MAX + 1];
 };
 
 /* Ranges open on one thread of the device being read. */
 struct thread_stack {
 	uint64_t key;
 	bool used;
-	unsigned depth, cap;
+	size_t depth, cap;
 	struct open_range *open;
 };
 
@@ -132,14 +133,8 @@ static void note_rate(struct rp_reader *r, const struct rp_event *ev)
 	const struct rate_point *last = r->nrates ? &r->rates[r->nrates - 1] : NULL;
 	if (last && last->hz == ev->u.counter.value && last->ts <= ev->ts)
 		return;
-	if (r->nrates == r->rates_cap) {
-		size_t cap = r->rates_cap ? 2 * r->rates_cap : 64;
-		struct rate_point *grown = realloc(r->rates, cap * sizeof(*grown));
-		if (!grown)
-			return; /* the rates read so far still serve */
-		r->rates = grown;
-		r->rates_cap = cap;
-	}
+	if (rp_array_reserve(&r->rates, &r->rates_cap, r->nrates + 1, sizeof(*r->rates)) < 0)
+		return; /* the rates read so far still serve */
 	r->rates[r->nrates++] = (struct rate_point){ ev->ts, ev->u.counter.value };
 }
 
@@ -246,11 +241,8 @@ void rp_reader_free(struct rp_reader *r)
 	}
 	free(r->names);
 	free(r->rates);
-	for (size_t i = 0; r->stacks && i <= r->stacks_mask; i++) {
-		for (unsigned d = 0; d < r->stacks[i].depth; d++)
-			free(r->stacks[i].open[d].name);
+	for (size_t i = 0; r->stacks && i <= r->stacks_mask; i++)
 		free(r->stacks[i].open);
-	}
 	free(r->stacks);
 	rp_symbolizer_free(r->sym);
 	json_decref(r->manifest);
@@ -355,6 +347,25 @@ size_t rp_reader_device_count(const struct rp_reader *r)
 	return r->ndevices;
 }
 
+enum rp_device_kind rp_device_kind_of(const char *name, unsigned *index)
+{
+	static const struct { const char *prefix; enum rp_device_kind kind; } numbered[] = {
+		{ "gpu", RP_DEVICE_GPU }, { "tpu", RP_DEVICE_TPU },
+	};
+	if (strcmp(name, "host") == 0)
+		return RP_DEVICE_HOST;
+	for (size_t i = 0; i < sizeof(numbered) / sizeof(numbered[0]); i++) {
+		const char *num = name + strlen(numbered[i].prefix);
+		size_t digits = strspn(num, "0123456789");
+		if (strncmp(name, numbered[i].prefix, strlen(numbered[i].prefix)) == 0 &&
+		    digits >= 1 && digits <= 9 && !num[digits]) {
+			*index = (unsigned)strtoul(num, NULL, 10);
+			return numbered[i].kind;
+		}
+	}
+	return RP_DEVICE_OTHER;
+}
+
 const char *rp_reader_device_name(const struct rp_reader *r, size_t device)
 {
 	return device < r->ndevices ? r->device_names[device] : NULL;
@@ -417,18 +428,11 @@ struct each_ctx {
 
 static int push_range(struct thread_stack *st, const struct rp_event *ev)
 {
-	if (st->depth == st->cap) {
-		unsigned cap = st->cap ? 2 * st->cap : 8;
-		struct open_range *grown = realloc(st->open, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		st->open = grown;
-		st->cap = cap;
-	}
-	char *name = strdup(ev->name ? ev->name : "");
-	if (!name)
+	if (rp_array_reserve(&st->open, &st->cap, st->depth + 1, sizeof(*st->open)) < 0)
 		return -ENOMEM;
-	st->open[st->depth++] = (struct open_range){ ev->ts, name };
+	struct open_range *o = &st->open[st->depth++];
+	o->ts = ev->ts;
+	snprintf(o->name, sizeof(o->name), "%s", ev->name ? ev->name : "");
 	return 0;
 }
 
@@ -436,14 +440,12 @@ static int push_range(struct thread_stack *st, const struct rp_event *ev)
 static int pop_range(struct thread_stack *st, const struct rp_event *ev, size_t device,
 		     bool truncated, struct each_ctx *e)
 {
-	struct open_range o = st->open[--st->depth];
+	const struct open_range *o = &st->open[--st->depth];
 	struct rp_reader_event re = {
-		.ev = ev, .device = device, .depth = st->depth, .begin_ts = o.ts,
-		.range_name = o.name, .truncated = truncated,
+		.ev = ev, .device = device, .depth = (unsigned)st->depth, .begin_ts = o->ts,
+		.range_name = o->name, .truncated = truncated,
 	};
-	int rc = e->fn(e->ctx, &re);
-	free(o.name);
-	return rc;
+	return e->fn(e->ctx, &re);
 }
 
 static int window_event(struct rp_reader *r, size_t device, const struct rp_event *ev, void *ctx)
@@ -476,7 +478,7 @@ static int window_event(struct rp_reader *r, size_t device, const struct rp_even
 		r->out_of_memory = true;
 		return -ENOMEM;
 	}
-	struct rp_reader_event re = { .ev = ev, .device = device, .depth = st->depth - 1 };
+	struct rp_reader_event re = { .ev = ev, .device = device, .depth = (unsigned)st->depth - 1 };
 	return e->fn(e->ctx, &re);
 }
 
@@ -494,7 +496,7 @@ static int close_open_ranges(struct rp_reader *r, size_t device, struct each_ctx
 			if (rc == 0)
 				rc = pop_range(st, &end, device, true, e);
 			else
-				free(st->open[--st->depth].name);
+				st->depth--;
 		}
 	}
 	return rc;

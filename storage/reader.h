@@ -44,6 +44,11 @@ uint64_t rp_reader_end_ns(const struct rp_reader *r);
 int64_t rp_reader_wall_offset_ns(const struct rp_reader *r);
 
 size_t rp_reader_device_count(const struct rp_reader *r);
+
+/* What a ring's name says it is: "host", "gpuN" or "tpuN" (N, 1 to 9
+ * digits, into *index), or another device named as it is ("neuron0"). */
+enum rp_device_kind { RP_DEVICE_HOST, RP_DEVICE_GPU, RP_DEVICE_TPU, RP_DEVICE_OTHER };
+enum rp_device_kind rp_device_kind_of(const char *name, unsigned *index);
 /* As the rings name them: "host", "gpu0", "tpu1", "neuron0", ... */
 const char *rp_reader_device_name(const struct rp_reader *r, size_t device);
 
@@ -64,7 +69,7 @@ struct rp_reader_event {
 	unsigned depth;
 	/* RP_EV_RANGE_END only: */
 	uint64_t begin_ts;
-	const char *range_name;    /* the begin's name */
+	const char *range_name;    /* the begin's name, borrowed for the callback */
 	bool truncated;            /* closed at the window's end */
 };
 

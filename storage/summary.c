@@ -159,9 +159,7 @@ static struct proc_stat *find_proc(struct tally *t, uint32_t pid)
 }
 
 /* Every frame is symbolized; the leaf counts as self time, and each
- * function on the stack once as total time.  Frames other than the
- * leaf of the kernel and of the user stack are return addresses: looked
- * up one byte earlier, inside the call. */
+ * function on the stack once as total time. */
 static void count_sample(struct tally *t, const struct rp_event *ev)
 {
 	t->samples++;
@@ -173,10 +171,10 @@ static void count_sample(struct tally *t, const struct rp_event *ev)
 			p->cpu_s += 1.0 / hz;
 	}
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
-		bool kernel = i < ev->u.sample.nkernel, leaf = i == 0 || i == ev->u.sample.nkernel;
 		struct rp_symbol sym;
 		char name[FUNC_NAME_MAX];
-		rp_symbolize(t->sym, ev->pid, ev->u.sample.frames[i] - !leaf, kernel, &sym);
+		rp_symbolize(t->sym, ev->pid, rp_frame_address(ev->u.sample.frames, ev->u.sample.nkernel, i),
+			     i < ev->u.sample.nkernel, &sym);
 		struct func_stat *f = find_func(t, rp_symbol_name(&sym, name, sizeof(name)),
 						sym.module);
 		if (!f)

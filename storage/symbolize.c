@@ -617,6 +617,12 @@ static void symbolize_user(struct rp_symbolizer *s, uint32_t pid, uint64_t ip,
 	}
 }
 
+uint64_t rp_frame_address(const uint64_t *frames, unsigned nkernel, unsigned i)
+{
+	bool leaf = i == 0 || i == nkernel;
+	return leaf || !frames[i] ? frames[i] : frames[i] - 1;
+}
+
 void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kernel,
 		  struct rp_symbol *out)
 {

@@ -66,9 +66,13 @@ int rp_symbolizer_add_mapping(struct rp_symbolizer *s, uint32_t pid, uint64_t st
 			      uint64_t end, uint64_t offset, const char *path,
 			      const uint8_t *build_id, size_t build_id_len);
 
-/* Name the frame at ip of process pid.  Pass a return address (any frame
- * but the leaf of the kernel or of the user stack) minus one, so that it
- * falls inside the call. */
+/* The address to name for frame i of a CPU sample's stack (frames leaf
+ * first, the first nkernel of them kernel frames): a return address (any
+ * frame but the leaf of the kernel and of the user stack) minus one, so
+ * that it falls inside the call; 0 stays 0. */
+uint64_t rp_frame_address(const uint64_t *frames, unsigned nkernel, unsigned i);
+
+/* Name the frame at ip of process pid (see rp_frame_address). */
 void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kernel,
 		  struct rp_symbol *out);
 

@@ -44,3 +44,20 @@ int rp_table_reserve(void *table_ptr, size_t *mask, size_t n, size_t elem,
 	*mask = size - 1;
 	return 0;
 }
+
+int rp_array_reserve(void *array_ptr, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return 0;
+	size_t grown_cap = *cap ? *cap : 16;
+	while (grown_cap < need)
+		grown_cap *= 2;
+	void *old;
+	memcpy(&old, array_ptr, sizeof(old));
+	void *grown = realloc(old, grown_cap * elem);
+	if (!grown)
+		return -ENOMEM;
+	memcpy(array_ptr, &grown, sizeof(grown));
+	*cap = grown_cap;
+	return 0;
+}

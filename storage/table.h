@@ -1,6 +1,7 @@
 /* The hashing and the growth of the open-addressing tables the reader
- * and the exporters keep (names, threads, frames, stacks, tracks), once
- * for all of them instead of a copy in each file: every such table is an
+ * and the exporters keep (names, threads, frames, stacks, tracks), and
+ * the growth of their plain arrays, once for all of them instead of a
+ * copy in each file: every such table is an
  * array of fixed-size entries, mask + 1 of them (a power of two), probed
  * linearly from hash & mask and kept at most half full.  What makes an
  * entry used, what it hashes and how it is looked up stay with each
@@ -33,5 +34,10 @@ uint64_t rp_hash_u64(uint64_t x);
  * was. */
 int rp_table_reserve(void *table_ptr, size_t *mask, size_t n, size_t elem,
 		     bool (*used)(const void *), uint64_t (*hash)(const void *), size_t first);
+
+/* Makes the growable array *array_ptr (of *cap entries of elem bytes,
+ * NULL while empty) hold at least need entries: its capacity doubles,
+ * from 16.  0, or -ENOMEM with the array as it was. */
+int rp_array_reserve(void *array_ptr, size_t *cap, size_t need, size_t elem);
 
 #endif

@@ -17,26 +17,27 @@
  * next sample).  A thread not sampled for 1.5 periods is off CPU: its
  * frames end one period after its last sample.
  *
- * Streaming: XSpace nests length-prefixed messages, so a plane can only
- * be written once the sizes of all its lines are known.  Each event is
- * encoded with protobuf-c when it completes and goes into its line's
- * batch in memory; a batch is sorted (by begin, longer first) and spilled
- * to a temporary file.  A line's spilled batches form sorted runs: a
- * batch that starts before the previous one ends its run and starts a new
- * one.  A thread's ranges complete innermost first, so its batch is held
- * while a top-level range (or a sampled stack) is open; all batches
- * together hold at most HELD_MAX bytes, past which the largest is spilled
- * (a range open for long then costs a run per spill).  Events of the same
- * thread from another ring (API calls in gpu0's ring, read after the
- * host's) start a run of their own.  At the end, each line's runs are
- * merged, FANIN at a time (more runs take more passes through the file),
- * and the merged events are checked for nesting: an event that partly
- * overlaps one before it goes to an extra line of the same thread
- * ("... overlap N"), so that every line nests.  The merged events go back
- * to the file per final line, whose sizes are then known, and are copied
- * into the output behind their hand-framed lines and planes.  Memory:
- * HELD_MAX, FANIN read buffers, a write buffer per overlap level, the
- * names and the runs' lists of extents; not the events.
+ * Streaming: XSpace nests length-prefixed messages, so a plane can only be
+ * written once the sizes of all its lines are known.  Each event is
+ * encoded with protobuf-c when it completes and goes into its line's batch
+ * in memory; a batch is sorted (by begin, longer first) and spilled to a
+ * temporary file.  A line's spilled batches form sorted runs: a batch that
+ * does not sort after the previous one starts a new run (on a tie the
+ * event read later goes first, as within a batch, so the output does not
+ * depend on where batches were cut).  A thread's ranges complete innermost
+ * first, so its batch is held while a top-level range (or a sampled stack)
+ * is open; all batches together hold at most HELD_MAX bytes, past which
+ * the largest is spilled (a range open for long then costs a run per
+ * spill).  Events of the same thread from another ring (API calls in
+ * gpu0's ring, read after the host's) start a run of their own.  At the
+ * end, each line's runs are merged, FANIN at a time (more runs take more
+ * passes through the file), and the merged events are checked for nesting:
+ * an event that partly overlaps one before it goes to an extra line of the
+ * same thread ("... overlap N"), so that every line nests.  The merged
+ * events go back to the file per final line, whose sizes are then known,
+ * and are copied into the output behind their hand-framed lines and
+ * planes.  Memory: HELD_MAX, FANIN read buffers, a write buffer per
+ * overlap level, the names and the runs' lists of extents; not the events.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -157,7 +158,7 @@ struct line {
 	size_t plane;
 	uint8_t role;
 	uint32_t pid, id;  /* id: the tid, or the GPU stream */
-	unsigned open;     /* ranges or frames open: the batch waits for them */
+	unsigned open;     /* ranges open: the batch waits for them (frames: flame->depth) */
 	unsigned gpu_kinds; /* ROLE_STREAM: bit per enum rp_gpu_activity_kind seen */
 	struct batch batch;
 	struct run *runs;
@@ -250,22 +251,6 @@ static int nomem(struct xw *w)
 	return rp_err_set(w->err, -ENOMEM, "out of memory writing the XSpace file");
 }
 
-static int grow(void *pp, size_t *cap, size_t need, size_t elem)
-{
-	if (need <= *cap)
-		return 0;
-	size_t cap2 = *cap ? *cap : 16;
-	while (cap2 < need)
-		cap2 *= 2;
-	void *old;
-	memcpy(&old, pp, sizeof(old));
-	void *p = realloc(old, cap2 * elem);
-	if (!p)
-		return -ENOMEM;
-	memcpy(pp, &p, sizeof(p));
-	*cap = cap2;
-	return 0;
-}
 
 static size_t put_varint(unsigned char *p, uint64_t v)
 {
@@ -288,17 +273,16 @@ static size_t varint_len(uint64_t v)
 	return n;
 }
 
-static uint64_t mix(uint64_t a, uint64_t b)
+static uint64_t key_hash(uint64_t a, uint64_t b)
 {
-	uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull) * 0xc2b2ae3d27d4eb4full;
-	return h ^ h >> 31;
+	return rp_hash_u64(a * 0x9e3779b97f4a7c15ull ^ b);
 }
 
 static bool slot_used(const void *e) { return ((const struct slot *)e)->used; }
 static uint64_t slot_hash(const void *e)
 {
 	const struct slot *s = e;
-	return mix(s->a, s->b);
+	return key_hash(s->a, s->b);
 }
 
 /* The value slot for key (a, b), made (0) when new; NULL without memory. */
@@ -307,7 +291,7 @@ static uint32_t *table_get(struct table *t, uint64_t a, uint64_t b)
 	if (rp_table_reserve(&t->v, &t->mask, t->n, sizeof(*t->v), slot_used, slot_hash,
 			     RP_TABLE_FIRST) < 0)
 		return NULL;
-	size_t i = mix(a, b) & t->mask;
+	size_t i = key_hash(a, b) & t->mask;
 	for (; t->v[i].used; i = (i + 1) & t->mask)
 		if (t->v[i].a == a && t->v[i].b == b)
 			return &t->v[i].val;
@@ -333,7 +317,8 @@ static uint32_t intern(struct xw *w, size_t p, const char *name)
 		if (pl->slots[i].hash == h && strcmp(pl->names[pl->slots[i].id - 1], name) == 0)
 			return pl->slots[i].id;
 	char *copy = strdup(name);
-	if (!copy || grow(&pl->names, &pl->names_cap, pl->nnames + 1, sizeof(*pl->names)) < 0) {
+	if (!copy || rp_array_reserve(&pl->names, &pl->names_cap, pl->nnames + 1,
+				      sizeof(*pl->names)) < 0) {
 		free(copy);
 		return 0;
 	}
@@ -351,7 +336,7 @@ static struct line *get_line(struct xw *w, size_t p, enum line_role role, uint32
 		return NULL;
 	if (*slot)
 		return &w->lines[*slot - 1];
-	if (grow(&w->lines, &w->lines_cap, w->nlines + 1, sizeof(*w->lines)) < 0)
+	if (rp_array_reserve(&w->lines, &w->lines_cap, w->nlines + 1, sizeof(*w->lines)) < 0)
 		return NULL;
 	w->lines[w->nlines] = (struct line){ .plane = p, .role = (uint8_t)role, .pid = pid, .id = id };
 	*slot = (uint32_t)++w->nlines;
@@ -360,7 +345,7 @@ static struct line *get_line(struct xw *w, size_t p, enum line_role role, uint32
 
 static int spill_write(struct xw *w, const void *data, size_t len, struct extents *x)
 {
-	if (grow(&x->v, &x->cap, x->n + 1, sizeof(*x->v)) < 0)
+	if (rp_array_reserve(&x->v, &x->cap, x->n + 1, sizeof(*x->v)) < 0)
 		return nomem(w);
 	for (size_t done = 0; done < len;) {
 		ssize_t n = pwrite(w->fd, (const char *)data + done, len - done,
@@ -440,7 +425,8 @@ static int by_key(const void *x, const void *y)
 }
 
 /* Sorts l's batch and spills it to the end of its last run, or to a new
- * run when it starts before that run's end. */
+ * run when its first event does not sort after that run's last one (on a
+ * tie the later batch goes first: merge_runs puts it first). */
 static int flush_batch(struct xw *w, struct line *l)
 {
 	struct batch *b = &l->batch;
@@ -453,8 +439,8 @@ static int flush_batch(struct xw *w, struct line *l)
 	if (!sorted)
 		qsort(b->ents, b->n, sizeof(*b->ents), by_key);
 	struct run *last = l->nruns ? &l->runs[l->nruns - 1] : NULL;
-	if (!last || key_less(b->ents[0].begin, b->ents[0].end, last->last_begin, last->last_end)) {
-		if (grow(&l->runs, &l->runs_cap, l->nruns + 1, sizeof(*l->runs)) < 0)
+	if (!last || !key_less(last->last_begin, last->last_end, b->ents[0].begin, b->ents[0].end)) {
+		if (rp_array_reserve(&l->runs, &l->runs_cap, l->nruns + 1, sizeof(*l->runs)) < 0)
 			return nomem(w);
 		last = &l->runs[l->nruns++];
 		*last = (struct run){ 0 };
@@ -509,8 +495,8 @@ static int add_event(struct xw *w, struct line *l, uint32_t meta, uint64_t begin
 	xe.n_stats = nstats;
 	xe.stats = stats;
 	struct batch *b = &l->batch;
-	if (grow(&b->bytes, &b->cap, b->len + EVENT_MAX, 1) < 0 ||
-	    grow(&b->ents, &b->ents_cap, b->n + 1, sizeof(*b->ents)) < 0)
+	if (rp_array_reserve(&b->bytes, &b->cap, b->len + EVENT_MAX, 1) < 0 ||
+	    rp_array_reserve(&b->ents, &b->ents_cap, b->n + 1, sizeof(*b->ents)) < 0)
 		return nomem(w);
 	/* Under 128 bytes, so its length is one byte. */
 	unsigned char *p = b->bytes + b->len;
@@ -520,7 +506,7 @@ static int add_event(struct xw *w, struct line *l, uint32_t meta, uint64_t begin
 	b->ents[b->n++] = (struct batch_ent){ begin, end, (uint32_t)b->len, (uint32_t)(n + 2) };
 	b->len += n + 2;
 	w->held += n + 2 + sizeof(*b->ents);
-	if (!l->open && b->len >= BATCH_BYTES)
+	if (!(l->flame ? l->flame->depth : l->open) && b->len >= BATCH_BYTES)
 		return flush_batch(w, l);
 	return limit_held(w);
 }
@@ -549,7 +535,6 @@ static int close_frames(struct xw *w, struct line *l, unsigned keep, uint64_t en
 	struct flame *f = l->flame;
 	while (f->depth > keep) {
 		const struct frame *fr = &f->f[--f->depth];
-		l->open = f->depth;
 		Tensorflow__Profiler__XStat s = u64_stat(ST_SAMPLES, fr->samples), *sp = &s;
 		int rc = add_event(w, l, fr->meta, fr->begin, end, &sp, 1);
 		if (rc < 0)
@@ -580,11 +565,10 @@ static int on_sample(struct xw *w, const struct rp_event *ev)
 	struct flame *f = l->flame;
 	uint32_t ids[RP_STACK_MAX];
 	unsigned n = ev->u.sample.nframes < RP_STACK_MAX ? ev->u.sample.nframes : RP_STACK_MAX;
-	/* Leaf first in the event, root first here.  Frames but the two
-	 * leaves are return addresses: looked up inside the call. */
+	/* Leaf first in the event, root first here. */
 	for (unsigned i = 0; i < n; i++) {
-		bool kernel = i < ev->u.sample.nkernel, leaf = i == 0 || i == ev->u.sample.nkernel;
-		if (!(ids[n - 1 - i] = frame_meta(w, ev->pid, ev->u.sample.frames[i] - !leaf, kernel)))
+		uint64_t ip = rp_frame_address(ev->u.sample.frames, ev->u.sample.nkernel, i);
+		if (!(ids[n - 1 - i] = frame_meta(w, ev->pid, ip, i < ev->u.sample.nkernel)))
 			return nomem(w);
 	}
 	double hz = rp_reader_sample_hz_at(w->r, ev->ts);
@@ -604,7 +588,6 @@ static int on_sample(struct xw *w, const struct rp_event *ev)
 	f->depth = n;
 	f->last_ts = ev->ts;
 	f->period = period;
-	l->open = n;
 	return 0;
 }
 
@@ -753,8 +736,9 @@ static int cursor_next(struct xw *w, struct cursor *c)
 
 typedef int (*rec_sink)(struct xw *w, void *ctx, const struct rec *h, const unsigned char *payload);
 
-/* Hands the records of runs[0..n) to sink in key order (ties: the
- * earlier run first). */
+/* Hands the records of runs[0..n) to sink in key order.  Ties: the later
+ * run first, as by_key puts the later event first in a batch (it was read
+ * later, so it encloses the other). */
 static int merge_runs(struct xw *w, const struct run *runs, size_t n, rec_sink sink, void *ctx)
 {
 	if (!n)
@@ -770,7 +754,7 @@ static int merge_runs(struct xw *w, const struct run *runs, size_t n, rec_sink s
 	}
 	while (rc == 0) {
 		struct cursor *min = NULL;
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = n; i-- > 0;)
 			if (c[i].valid && (!min || key_less(c[i].head.begin, c[i].head.end,
 							    min->head.begin, min->head.end)))
 				min = &c[i];
@@ -790,23 +774,40 @@ static int sink_run(struct xw *w, void *ctx, const struct rec *h, const unsigned
 	return put_rec(w, ctx, h, payload);
 }
 
-/* Merges l's runs FANIN at a time until FANIN or fewer are left. */
+/* Merges l's runs FANIN neighbours at a time, so that they stay in the
+ * order they were read (merge_runs' ties need it), until FANIN or fewer
+ * are left. */
 static int reduce_runs(struct xw *w, struct line *l)
 {
 	while (l->nruns > FANIN) {
-		struct run merged = { 0 };
-		struct writer wr = { .dst = &merged.ext };
-		int rc = merge_runs(w, l->runs, FANIN, sink_run, &wr);
-		int closed = writer_close(w, &wr);
-		if (rc < 0 || closed < 0) {
-			free(merged.ext.v);
-			return rc < 0 ? rc : closed;
+		size_t kept = 0, i = 0;
+		int rc = 0;
+		while (i < l->nruns) {
+			size_t n = l->nruns - i < FANIN ? l->nruns - i : FANIN;
+			if (n == 1) {
+				l->runs[kept++] = l->runs[i++];
+				continue;
+			}
+			struct run merged = { 0 };
+			struct writer wr = { .dst = &merged.ext };
+			rc = merge_runs(w, l->runs + i, n, sink_run, &wr);
+			int closed = writer_close(w, &wr);
+			if (rc == 0)
+				rc = closed;
+			if (rc < 0) {
+				free(merged.ext.v);
+				break;
+			}
+			for (size_t k = 0; k < n; k++)
+				free(l->runs[i + k].ext.v);
+			l->runs[kept++] = merged;
+			i += n;
 		}
-		for (size_t i = 0; i < FANIN; i++)
-			free(l->runs[i].ext.v);
-		memmove(l->runs, l->runs + FANIN, (l->nruns - FANIN) * sizeof(*l->runs));
-		l->nruns -= FANIN;
-		l->runs[l->nruns++] = merged; /* room: FANIN were taken out */
+		/* After a failure, the runs not merged follow the merged ones. */
+		memmove(l->runs + kept, l->runs + i, (l->nruns - i) * sizeof(*l->runs));
+		l->nruns = kept + l->nruns - i;
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -823,7 +824,7 @@ static int sink_level(struct xw *w, void *ctx, const struct rec *h, const unsign
 	struct levels *ls = ctx;
 	for (size_t i = 0;; i++) {
 		if (i == ls->n) {
-			if (grow(&ls->v, &ls->cap, ls->n + 1, sizeof(*ls->v)) < 0)
+			if (rp_array_reserve(&ls->v, &ls->cap, ls->n + 1, sizeof(*ls->v)) < 0)
 				return nomem(w);
 			ls->v[ls->n++] = (struct level){ 0 };
 		}
@@ -832,7 +833,7 @@ static int sink_level(struct xw *w, void *ctx, const struct rec *h, const unsign
 			lv->depth--;
 		if (lv->depth && h->end > lv->stack[lv->depth - 1])
 			continue;
-		if (grow(&lv->stack, &lv->cap, lv->depth + 1, sizeof(*lv->stack)) < 0)
+		if (rp_array_reserve(&lv->stack, &lv->cap, lv->depth + 1, sizeof(*lv->stack)) < 0)
 			return nomem(w);
 		lv->stack[lv->depth++] = h->end;
 		lv->wr.dst = &lv->ext;
@@ -853,7 +854,7 @@ static int split_line(struct xw *w, size_t li, struct out_line **outs, size_t *n
 		int closed = writer_close(w, &ls.v[i].wr);
 		if (rc == 0)
 			rc = closed;
-		if (rc == 0 && grow(outs, cap, *nouts + 1, sizeof(**outs)) < 0)
+		if (rc == 0 && rp_array_reserve(outs, cap, *nouts + 1, sizeof(**outs)) < 0)
 			rc = nomem(w);
 		if (rc == 0)
 			(*outs)[(*nouts)++] = (struct out_line){ li, (unsigned)i, ls.v[i].ext };
@@ -878,9 +879,10 @@ static int by_display(const void *x, const void *y, void *ctx)
 	return a->role - b->role;
 }
 
-/* The names a line shows: name and display name, into two buffers. */
-static void line_names(struct xw *w, const struct out_line *o, char *name, char *display,
-		       size_t len)
+/* The header of out line i of its plane, its events left out: the
+ * names it shows go into name and display, len bytes each. */
+static void line_header(struct xw *w, const struct out_line *o, size_t i,
+			Tensorflow__Profiler__XLine *xl, char *name, char *display, size_t len)
 {
 	const struct line *l = &w->lines[o->line];
 	const char *t = l->role == ROLE_THREAD || l->role == ROLE_SAMPLES
@@ -912,6 +914,11 @@ static void line_names(struct xw *w, const struct out_line *o, char *name, char 
 	    : snprintf(display, len, "%s", name);
 	if (o->level && n >= 0 && (size_t)n < len)
 		snprintf(display + n, len - (size_t)n, " overlap %u", o->level);
+	xl->id = !o->level && l->role != ROLE_SAMPLES && l->role != ROLE_COUNTERS
+			 ? l->id : EXTRA_LINE_ID + (int64_t)i;
+	xl->display_id = (int64_t)i + 1;
+	xl->name = name;
+	xl->display_name = display;
 }
 
 static void write_tag_len(FILE *out, unsigned field, uint64_t len)
@@ -1006,13 +1013,7 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 	Tensorflow__Profiler__XLine xl = TENSORFLOW__PROFILER__XLINE__INIT;
 	uint64_t size = tensorflow__profiler__xplane__get_packed_size(&xp);
 	for (size_t i = 0; i < nouts; i++) {
-		const struct line *l = &w->lines[outs[i].line];
-		line_names(w, &outs[i], name, display, sizeof(name));
-		xl.id = !outs[i].level && l->role != ROLE_SAMPLES && l->role != ROLE_COUNTERS
-				? l->id : EXTRA_LINE_ID + (int64_t)i;
-		xl.display_id = (int64_t)i + 1;
-		xl.name = name;
-		xl.display_name = display;
+		line_header(w, &outs[i], i, &xl, name, display, sizeof(name));
 		uint64_t len = tensorflow__profiler__xline__get_packed_size(&xl) + outs[i].ext.bytes;
 		size += 1 + varint_len(len) + len;
 	}
@@ -1020,13 +1021,7 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 	struct file_buffer fb = { .base.append = file_append, .out = out };
 	tensorflow__profiler__xplane__pack_to_buffer(&xp, &fb.base);
 	for (size_t i = 0; i < nouts && rc == 0; i++) {
-		const struct line *l = &w->lines[outs[i].line];
-		line_names(w, &outs[i], name, display, sizeof(name));
-		xl.id = !outs[i].level && l->role != ROLE_SAMPLES && l->role != ROLE_COUNTERS
-				? l->id : EXTRA_LINE_ID + (int64_t)i;
-		xl.display_id = (int64_t)i + 1;
-		xl.name = name;
-		xl.display_name = display;
+		line_header(w, &outs[i], i, &xl, name, display, sizeof(name));
 		write_tag_len(out, 3, tensorflow__profiler__xline__get_packed_size(&xl) + outs[i].ext.bytes);
 		tensorflow__profiler__xline__pack_to_buffer(&xl, &fb.base);
 		rc = copy_extents(w, &outs[i].ext, out);
@@ -1044,15 +1039,21 @@ out:
 
 static void plane_name(const char *dev, char *buf, size_t len)
 {
-	const char *kind = strncmp(dev, "gpu", 3) == 0 ? "GPU" : strncmp(dev, "tpu", 3) == 0 ? "TPU" : NULL;
-	char *end;
-	unsigned long n = kind && dev[3] >= '0' && dev[3] <= '9' ? strtoul(dev + 3, &end, 10) : 0;
-	if (strcmp(dev, "host") == 0)
+	unsigned n = 0;
+	switch (rp_device_kind_of(dev, &n)) {
+	case RP_DEVICE_HOST:
 		snprintf(buf, len, "/host:CPU");
-	else if (kind && dev[3] >= '0' && dev[3] <= '9' && !*end)
-		snprintf(buf, len, "/device:%s:%lu", kind, n);
-	else
+		break;
+	case RP_DEVICE_GPU:
+		snprintf(buf, len, "/device:GPU:%u", n);
+		break;
+	case RP_DEVICE_TPU:
+		snprintf(buf, len, "/device:TPU:%u", n);
+		break;
+	case RP_DEVICE_OTHER:
 		snprintf(buf, len, "/device:CUSTOM:%s", dev);
+		break;
+	}
 }
 
 /* Planes: the host's first (index 0), then one per other device. */

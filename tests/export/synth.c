@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "chunk.h"
+#include "session.h"
 
 #define PID 4242u
 #define LOADER 4243u
@@ -188,12 +189,9 @@ int synth_session(const char *outdir, const char *host, unsigned steps, unsigned
 		fprintf(stderr, "make-session: cannot create %s: %s\n", dir, strerror(-rc));
 		return rc;
 	}
-	/* Host names in file names have ':' and '/' as '_', as sessions do. */
 	char fhost[256];
 	snprintf(fhost, sizeof(fhost), "%s", host);
-	for (char *p = fhost; *p; p++)
-		if (*p == ':' || *p == '/')
-			*p = '_';
+	rp_session_file_host(fhost);
 	struct ring_out rings[2] = { { .device = "host" }, { .device = "gpu0" } };
 	json_t *devs = json_array();
 	for (int i = 0; i < 2 && rc == 0; i++) {

@@ -7,38 +7,28 @@ left out; the last step closed at the window's end as truncated."""
 
 import collections
 import json
-import os
-import pathlib
-import subprocess
 
 import pytest
-from synth_session import BUILD, T0, MS, US, WALL_OFFSET, run, step_start, wall
+from synth_session import BUILD, T0, MS, US, WALL_OFFSET, export, make_session, run, step_start, wall
 
 METADATA = {"process_name", "thread_name", "mapping", "process_cmdline"}
 
 
-
-
-def export(tmp, *make_args):
-    """(session directory, parsed export, raw events of the window)."""
-    session = run(BUILD / "tests" / "make-session", tmp, *make_args).strip()
-    path = tmp / "out.json"
-    run(BUILD / "cli" / "ringprof", "export", session, "--format", "json", "-o", path)
-    with open(path, encoding="utf-8") as f:
+def export_json(tmp, *make_args):
+    """(parsed export, raw events of the window) of a session make-session
+    writes with make_args."""
+    session = make_session(tmp, *make_args)
+    with open(export(session, "json", tmp / "out.json"), encoding="utf-8") as f:
         doc = json.load(f)
     raw = [json.loads(line) for line in run(BUILD / "tests" / "session-dump", session).splitlines()]
-    return session, doc, [e for e in raw if e["kind"] not in METADATA]
+    return doc, [e for e in raw if e["kind"] not in METADATA]
 
 
 @pytest.fixture(scope="module", params=[(20, 10), (33, 7)], ids=["N20K10", "N33K7"])
 def synth(request, tmp_path_factory):
     n, k = request.param
-    _, doc, raw = export(tmp_path_factory.mktemp("json"), "--steps", n, "--samples-per-step", k)
+    doc, raw = export_json(tmp_path_factory.mktemp("json"), "--steps", n, "--samples-per-step", k)
     return n, k, doc, raw
-
-
-
-
 
 
 def of_type(doc, *types):
@@ -195,6 +185,6 @@ def test_strings_escaped(tmp_path):
     """A host name with a quote, a backslash, a tab and a non-ASCII
     letter comes back as it was."""
     host = 'we"ird\\h\tst\u00fc'
-    _, doc, _ = export(tmp_path, "--host", host, "--steps", "2")
+    doc, _ = export_json(tmp_path, "--host", host, "--steps", "2")
     assert doc["host"] == host
     assert len(doc["trace_events"]) == 4 * 2 + 1 + 1 + 3 * 2

@@ -15,9 +15,7 @@ the trace is also loaded into it and queried."""
 import collections
 import glob
 import os
-import pathlib
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -171,7 +169,7 @@ class Replay:
         for ts, i, e in sorted(self.events, key=lambda x: (x[0], x[1])):
             if e.type == BEGIN:
                 stack = stacks[e.track_uuid]
-                stacks[e.track_uuid].append((ts, e, stack[-1][1] if stack else None))
+                stack.append((ts, e, stack[-1][1] if stack else None))
             elif e.type == END:
                 assert stacks[e.track_uuid], f"packet {i}: END on track {e.track_uuid} with " \
                                              f"no slice open"
@@ -220,8 +218,8 @@ def test_interned_ids_and_tracks_defined_before_use(replay):
 
 
 def test_clock(packets, replay):
-    snap = packets[0].clock_snapshot
     assert packets[0].HasField("clock_snapshot")
+    snap = packets[0].clock_snapshot
     clocks = {c.clock_id: c.timestamp for c in snap.clocks}
     assert set(clocks) == {REALTIME, MONOTONIC, BOOTTIME}
     assert clocks[BOOTTIME] == clocks[MONOTONIC]

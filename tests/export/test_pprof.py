@@ -9,14 +9,12 @@ labels, the stacks' order (leaf first) and the profile's time and
 duration (the window, wall clock)."""
 
 import gzip
-import os
-import pathlib
 import re
 import shutil
 import subprocess
 
 import pytest
-from synth_session import BUILD, ROOT, T0, MS, WALL_OFFSET, run, wall
+from synth_session import PROTO_DIR, T0, MS, WALL_OFFSET, export, make_session, run
 
 
 if shutil.which("go") is None:
@@ -24,18 +22,13 @@ if shutil.which("go") is None:
                 "(Debian: apt-get install golang-go)", allow_module_level=True)
 
 
-
-
 @pytest.fixture(scope="module", params=[(20, 10), (7, 20)], ids=["N20K10", "N7K20"])
 def profile(request, tmp_path_factory):
     """(steps, samples per step, path of the exported profile)."""
     n, k = request.param
     tmp = tmp_path_factory.mktemp("pprof")
-    session = run(BUILD / "tests" / "make-session", tmp, "--steps", n,
-                  "--samples-per-step", k).strip()
-    path = tmp / "out.cpu.pb.gz"
-    run(BUILD / "cli" / "ringprof", "export", session, "--format", "pprof", "-o", path)
-    return n, k, path
+    session = make_session(tmp, "--steps", n, "--samples-per-step", k)
+    return n, k, export(session, "pprof", tmp / "out.cpu.pb.gz")
 
 
 def pprof(*args):
@@ -139,9 +132,8 @@ def test_header_fields(profile):
     n, _, path = profile
     if shutil.which("protoc") is None:
         pytest.skip("protoc is not installed (Debian: protobuf-compiler)")
-    proto = ROOT / "storage" / "proto"
-    out = subprocess.run(["protoc", f"--proto_path={proto}", "--decode=perftools.profiles.Profile",
-                          str(proto / "profile.proto")], input=gzip.decompress(path.read_bytes()),
+    out = subprocess.run(["protoc", f"--proto_path={PROTO_DIR}", "--decode=perftools.profiles.Profile",
+                          str(PROTO_DIR / "profile.proto")], input=gzip.decompress(path.read_bytes()),
                          capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr
     text = out.stdout.decode()
