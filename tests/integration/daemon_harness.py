@@ -14,6 +14,9 @@ RINGPROFD = os.environ.get("RINGPROFD", os.path.join(BUILD, "daemon", "ringprofd
 CLI = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
 SESSION_DUMP = os.environ.get("RINGPROF_SESSION_DUMP", os.path.join(BUILD, "tests", "session-dump"))
 SEQ_PRODUCER = os.environ.get("RINGPROF_SEQ_PRODUCER", os.path.join(BUILD, "tests", "seq-producer"))
+# Set by scripts/test.sh for its ASan+UBSan pass: producers and the daemon
+# run several times slower, so tests that need a rate to fill a ring run longer.
+SANITIZED = os.environ.get("RINGPROF_SANITIZED") == "1"
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
