@@ -255,3 +255,16 @@ def test_daemonset_configuration_is_valid(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "tcp_listen = 0.0.0.0:7070" in r.stdout and "logdir = /shared/ringprof" in r.stdout
     assert "max_bytes = 500GiB" in r.stdout
+
+
+def test_daemonset_confines_the_file_system_like_the_unit():
+    """The DaemonSet's container writes only where the systemd unit lets
+    ringprofd write (ProtectSystem=strict, ReadWritePaths): its state, its
+    sockets and the session volume; everything else is read-only."""
+    text = open(os.path.join(DEPLOY, "k8s", "ringprofd-daemonset.yaml")).read()
+    assert re.search(r"^\s+readOnlyRootFilesystem: true$", text, re.M)
+    assert re.search(r"^\s+allowPrivilegeEscalation: false$", text, re.M)
+    mounts = re.findall(r"^\s+- \{name: (\w+), mountPath: ([^,}]+)(.*)\}$", text, re.M)
+    writable = {name: path for name, path, rest in mounts if "readOnly: true" not in rest}
+    assert writable == {"state": "/var/lib/ringprof", "sockets": "/run/ringprof",
+                        "sessions": "/shared/ringprof"}, writable
