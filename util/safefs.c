@@ -228,31 +228,36 @@ int rp_safefs_tmp_open(int dirfd, const char *final, mode_t mode, struct rp_safe
 int rp_safefs_tmp_publish(struct rp_safefs_tmp *t, const char *final, const char *shown,
 			  struct rp_err *err)
 {
-	int rc = fsync(t->fd) < 0 ? -errno : 0;
-	if (close(t->fd) < 0 && rc == 0)
-		rc = -errno;
-	t->fd = -1;
+	int rc = 0;
+	if (t->fd >= 0) {
+		rc = fsync(t->fd) < 0 ? -errno : 0;
+		if (close(t->fd) < 0 && rc == 0)
+			rc = -errno;
+		t->fd = -1;
+	}
 	if (rc < 0)
 		rp_err_set(err, rc, "cannot write %s/%s: %s%s", shown, final, strerror(-rc),
 			   rc == -ENOSPC ? " (free space on its file system)" : "");
 	else if (renameat(t->dirfd, t->name, t->dirfd, final) < 0)
 		rc = rp_err_set(err, -errno, "cannot rename %s/%s to %s: %s", shown, t->name, final,
 				strerror(errno));
-	else if (fsync(t->dirfd) < 0)
-		return rp_err_set(err, -errno, "cannot sync directory %s: %s", shown, strerror(errno));
-	else
-		return 0;
-	(void)unlinkat(t->dirfd, t->name, 0);
+	else {
+		t->name[0] = '\0';
+		return fsync(t->dirfd) < 0 ? rp_err_set(err, -errno, "cannot sync directory %s: %s",
+							 shown, strerror(errno)) : 0;
+	}
+	rp_safefs_tmp_discard(t);
 	return rc;
 }
 
 void rp_safefs_tmp_discard(struct rp_safefs_tmp *t)
 {
-	if (t->fd < 0)
-		return;
-	close(t->fd);
+	if (t->fd >= 0)
+		close(t->fd);
 	t->fd = -1;
-	(void)unlinkat(t->dirfd, t->name, 0);
+	if (t->name[0])
+		(void)unlinkat(t->dirfd, t->name, 0);
+	t->name[0] = '\0';
 }
 
 bool rp_safefs_is_tmp_name(const char *name)

@@ -50,8 +50,8 @@ int rp_safefs_read(int dirfd, const char *name, size_t max, char **out, size_t *
  * ".<final>.tmp-<random>", made with O_EXCL | O_NOFOLLOW. */
 struct rp_safefs_tmp {
 	int dirfd;  /* borrowed */
-	int fd;     /* -1 once published or discarded */
-	char name[256];
+	int fd;     /* the caller may close it (set -1) before publishing */
+	char name[256]; /* "" once published or discarded */
 };
 /* Temporary names start with "." and contain this: leftovers of a crash
  * are recognised by it. */
@@ -59,9 +59,9 @@ struct rp_safefs_tmp {
 
 int rp_safefs_tmp_open(int dirfd, const char *final, mode_t mode, struct rp_safefs_tmp *t,
 		       const char *shown, struct rp_err *err);
-/* fsync the file, rename it to `final` (replacing a file or link there,
- * never writing through one), fsync the directory; closes t->fd.  On
- * failure the temporary file is removed. */
+/* fsync and close t->fd (unless the caller did), rename the file to
+ * `final` (replacing a file or link there, never writing through one),
+ * fsync the directory.  On failure the temporary file is removed. */
 int rp_safefs_tmp_publish(struct rp_safefs_tmp *t, const char *final, const char *shown,
 			  struct rp_err *err);
 /* Remove an unpublished temporary file; safe to call twice. */
