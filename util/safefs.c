@@ -122,6 +122,22 @@ int rp_safefs_open_dir(int dirfd, const char *rel, mode_t mode, unsigned flags,
 	return fd == dirfd ? rp_err_set(err, -EINVAL, "empty directory path under %s", shown) : fd;
 }
 
+int rp_safefs_open_beneath(const char *root, const char *path, unsigned flags,
+			   struct rp_err *err)
+{
+	size_t n = strlen(root);
+	while (n > 1 && root[n - 1] == '/')
+		n--;
+	if (strncmp(path, root, n) != 0 || path[n] != '/')
+		return rp_err_set(err, -EINVAL, "%s is not beneath %s", path, root);
+	int rfd = rp_safefs_open_root(root, 0, false, err);
+	if (rfd < 0)
+		return rfd;
+	int fd = rp_safefs_open_dir(rfd, path + n + 1, 0, flags, root, err);
+	close(rfd);
+	return fd;
+}
+
 int rp_safefs_open_regular(int dirfd, const char *name, uint64_t max, const char *shown,
 			   struct rp_err *err)
 {

@@ -37,6 +37,11 @@ enum {
 int rp_safefs_open_dir(int dirfd, const char *rel, mode_t mode, unsigned flags,
 		       const char *shown, struct rp_err *err);
 
+/* Directory path, which must lie beneath root (both as the configuration
+ * spells them): root opened as trusted, the rest walked as above. */
+int rp_safefs_open_beneath(const char *root, const char *path, unsigned flags,
+			   struct rp_err *err);
+
 /* Regular file `name` in dirfd for reading, at most `max` bytes long:
  * never a link, a FIFO, a device or a directory, and the open never
  * blocks.  -ELOOP (a link), -EINVAL (not a regular file), -EFBIG (too big). */

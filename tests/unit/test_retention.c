@@ -257,8 +257,8 @@ static void test_busy_and_kept_stay(void **state)
 	session_dir(logdir, "r", "kept", dir, sizeof(dir));
 	struct rp_err err = { 0 };
 	assert_false(rp_retention_kept(dir));
-	assert_int_equal(rp_retention_keep(dir, &err), 0);
-	assert_int_equal(rp_retention_keep(dir, &err), 0);
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), 0);
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), 0);
 	assert_true(rp_retention_kept(dir));
 	session_dir(logdir, "r", "starting", dir, sizeof(dir));
 	mkdirs(dir); /* no manifest, no marker yet, just made */
@@ -285,7 +285,7 @@ static void test_busy_and_kept_stay(void **state)
 	assert_true(st.over_quota);
 
 	session_dir(logdir, "r", "gone", dir, sizeof(dir));
-	assert_int_equal(rp_retention_keep(dir, &err), -ENOENT);
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), -ENOENT);
 	assert_non_null(strstr(err.msg, dir));
 	assert_non_null(strstr(err.msg, "check that the session exists"));
 }
