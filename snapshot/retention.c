@@ -388,11 +388,16 @@ int rp_retention_keep(const char *logdir, const char *session_dir, struct rp_err
 	if (dfd < 0)
 		return rp_err_set(err, dfd, "cannot mark %s as kept: %s%s", session_dir, why.msg,
 				  dfd == -ENOENT ? ": check that the session exists" : "");
-	int fd = openat(dfd, RP_RETENTION_KEEP_FILE,
-			O_CREAT | O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0640);
-	int rc = fd < 0 ? rp_err_set(err, -errno, "cannot create %s/" RP_RETENTION_KEEP_FILE ": %s: "
-				     "check that the session exists and the log directory is "
-				     "writable", session_dir, strerror(errno)) : 0;
+	/* Retention goes by the name alone: whatever is there keeps it. */
+	struct stat st;
+	bool there = fstatat(dfd, RP_RETENTION_KEEP_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	int fd = there ? -1 : openat(dfd, RP_RETENTION_KEEP_FILE,
+				     O_CREAT | O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0640);
+	int rc = 0;
+	if (!there && fd < 0)
+		rc = rp_err_set(err, -errno, "cannot create %s/" RP_RETENTION_KEEP_FILE ": %s: check "
+				"that the session exists and the log directory is writable",
+				session_dir, strerror(errno));
 	if (fd >= 0)
 		close(fd);
 	close(dfd);

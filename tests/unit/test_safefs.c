@@ -79,12 +79,7 @@ static void test_link_refused(void **state)
 	(void)state;
 	struct rp_err err = { 0 };
 	char root[256], secret[256], link[256];
-	pathf(root, sizeof(root), "%s/links", base);
-	pathf(secret, sizeof(secret), "%s/secret", base);
-	assert_int_equal(mkdir(root, 0770), 0);
-	assert_int_equal(mkdir(secret, 0700), 0);
-	pathf(link, sizeof(link), "%s/linkrun", root);
-	assert_int_equal(symlink(secret, link), 0);
+	assert_int_equal(scratch_linked_logdir(base, "links", root, secret, sizeof(root)), 0);
 	int rfd = rp_safefs_open_root(root, 0750, false, &err);
 	assert_true(rfd >= 0);
 	for (unsigned flags = 0; flags < 4; flags++) {
