@@ -5,6 +5,7 @@ leftovers.  The root daemon never writes outside the log tree, never
 blocks on what it reads back, and cleans its own leftovers at start."""
 
 import grp
+import json
 import os
 import shutil
 import subprocess
@@ -82,7 +83,6 @@ def timed(d, method, path, body=None):
     """(status, data, seconds) of one request, failing past ANSWER_S."""
     t = time.monotonic()
     conn = UnixHTTPConnection(d.socket, timeout=ANSWER_S)
-    import json
     conn.request(method, path, body=json.dumps(body) if body is not None else None)
     resp = conn.getresponse()
     text = resp.read().decode()
@@ -101,13 +101,14 @@ def test_planted_links_are_never_followed(box):
     d, logs, secret = box
     d.start()
     pid = d.ok("GET", "/v1/status")["pid"]
-    # Every name the daemon writes in a session, and every temporary name
-    # it used to write (<file>.tmp<PID>, <host>.manifest.json.tmp), links
-    # to its own root-only file.
-    names = [f"{HOST}.manifest.json.tmp", f"{HOST}.manifest.json", f"{HOST}.open",
-             f"{HOST}.host.chunks", f"{HOST}.cpu.chunks"]
-    names += [f"{HOST}{s}.tmp{pid}" for s in EXPORT_SUFFIXES] + [f"{HOST}{s}" for s in EXPORT_SUFFIXES]
-    for i, n in enumerate(names):
+    # The temporary names the daemon used to write (<file>.tmp<PID>,
+    # <host>.manifest.json.tmp) in one session, every final name in
+    # another: each a link to a root-only file.
+    temps = [f"{HOST}.manifest.json.tmp"] + [f"{HOST}{s}.tmp{pid}" for s in EXPORT_SUFFIXES]
+    finals = [f"{HOST}.manifest.json", f"{HOST}.open", f"{HOST}.host.chunks",
+              f"{HOST}.cpu.chunks"] + [f"{HOST}{s}" for s in EXPORT_SUFFIXES]
+    plants = [("evil", n) for n in temps] + [("evil2", n) for n in finals]
+    for i in range(len(plants)):
         with open(os.path.join(secret, f"target{i}"), "w") as f:
             f.write("precious\n")
     # A real session in a run of root's, then the attacker swaps the run
@@ -115,12 +116,12 @@ def test_planted_links_are_never_followed(box):
     d.ok("POST", "/v1/snapshot", {"last": "1s", "run": "goodrun", "name": "first"})
     as_member(f"""
 import os
-evil = {logs!r} + "/evilrun/plugins/profile/evil"
-os.makedirs(evil)
-for i, n in enumerate({names!r}):
-    os.symlink({secret!r} + f"/target{{i}}", evil + "/" + n)
+profile = {logs!r} + "/evilrun/plugins/profile"
+for i, (sid, n) in enumerate({plants!r}):
+    os.makedirs(profile + "/" + sid, exist_ok=True)
+    os.symlink({secret!r} + f"/target{{i}}", profile + "/" + sid + "/" + n)
 os.symlink({secret!r} + "/dir", {logs!r} + "/linkrun")
-os.symlink({secret!r} + "/dir", {logs!r} + "/evilrun/plugins/profile/linked")
+os.symlink({secret!r} + "/dir", profile + "/linked")
 os.rename({logs!r} + "/goodrun", {logs!r} + "/goodrun.moved")
 os.symlink({secret!r} + "/dir", {logs!r} + "/goodrun")
 """)
@@ -128,21 +129,26 @@ os.symlink({secret!r} + "/dir", {logs!r} + "/goodrun")
     reason = "line1\n* * * * * root touch /tmp/pwned\n"
     refusals = {
         ("evilrun", "evil"): "not owned by uid 0",
+        ("evilrun", "evil2"): "not owned by uid 0",
         ("evilrun", "linked"): "not owned by uid 0",
         ("linkrun", "x"): "linkrun is a symbolic link",
         ("goodrun", "second"): "goodrun is a symbolic link",
     }
-    for (run, name), why in refusals.items():
-        status, data = d.request("POST", "/v1/snapshot",
-                                 {"last": "1s", "run": run, "name": name, "reason": reason})
-        assert 400 <= status < 600, (run, name, status, data)
-        assert why in str(data), (run, name, data)
-        assert "remove" in str(data), data  # and says what fixes it
+    answers = {}
+    for run, name in refusals:
+        answers[run, name] = d.request("POST", "/v1/snapshot",
+                                       {"last": "1s", "run": run, "name": name, "reason": reason})
+        time.sleep(0.5)  # exports of a session that landed would be written now
     # A session in a run of its own still lands, with its exports.
     snap = d.ok("POST", "/v1/snapshot", {"last": "1s", "name": "safe", "reason": reason})
     wait_for(os.path.join(snap["path"], f"{HOST}.summary.txt"))
     assert tree(secret) == before
     assert os.listdir(os.path.join(secret, "dir")) == []
+    for (run, name), why in refusals.items():
+        status, data = answers[run, name]
+        assert 400 <= status < 600, (run, name, status, data)
+        assert why in str(data), (run, name, data)
+        assert "remove" in str(data), data  # and says what fixes it
     assert d.alive()
 
 
