@@ -42,7 +42,8 @@ int rp_safefs_open_root(const char *path, mode_t mode, bool create, struct rp_er
 }
 
 /* Why component `name` of dirfd (shown as shown) cannot be used. */
-static int refuse(int code, const char *shown, const char *name, struct rp_err *err)
+static int refuse(int code, const char *shown, const char *name, uid_t owner,
+		  struct rp_err *err)
 {
 	switch (-code) {
 	case ELOOP:
@@ -50,9 +51,10 @@ static int refuse(int code, const char *shown, const char *name, struct rp_err *
 				  "in the log directory; remove it (someone with write access to "
 				  "%s planted it?)", shown, name, shown);
 	case EPERM:
-		return rp_err_set(err, code, "%s/%s is not owned by uid %u (the daemon's user): "
-				  "ringprof only writes into directories it owns; remove or chown "
-				  "it, or use another name", shown, name, (unsigned)geteuid());
+		return rp_err_set(err, code, "%s/%s is owned by neither uid %u (the daemon's user) "
+				  "nor uid %u (the owner of the directory it is in): ringprof only "
+				  "writes into directories of its own; remove or chown it, or use "
+				  "another name", shown, name, (unsigned)geteuid(), (unsigned)owner);
 	case ENOTDIR:
 		return rp_err_set(err, code, "%s/%s is not a directory: remove it or use another "
 				  "name", shown, name);
@@ -69,8 +71,9 @@ static int refuse(int code, const char *shown, const char *name, struct rp_err *
 	}
 }
 
-/* One component: made when asked, opened without following a link. */
-static int step(int dirfd, const char *name, mode_t mode, unsigned flags)
+/* One component: made when asked, opened without following a link,
+ * owned by the daemon's user or `owner` when asked. */
+static int step(int dirfd, const char *name, mode_t mode, unsigned flags, uid_t owner)
 {
 	if (!strcmp(name, ".") || !strcmp(name, "..") || !name[0])
 		return -EINVAL;
@@ -88,7 +91,8 @@ static int step(int dirfd, const char *name, mode_t mode, unsigned flags)
 	}
 	struct stat st;
 	int e = fstat(fd, &st) < 0 ? errno
-		: (flags & RP_SAFEFS_OWNED) && st.st_uid != geteuid() ? EPERM : 0;
+		: (flags & RP_SAFEFS_OWNED) && st.st_uid != geteuid() && st.st_uid != owner ? EPERM
+		: 0;
 	if (e) {
 		close(fd);
 		return -e;
@@ -103,12 +107,17 @@ int rp_safefs_open_dir(int dirfd, const char *rel, mode_t mode, unsigned flags,
 	if ((size_t)snprintf(path, sizeof(path), "%s", rel) >= sizeof(path))
 		return rp_err_set(err, -ENAMETOOLONG, "path too long: %s/%s", shown, rel);
 	snprintf(where, sizeof(where), "%s", shown);
+	/* The trusted directory's owner may own what is below it too: on NFS
+	 * with root_squash, root's directories belong to the squashed uid. */
+	struct stat top;
+	if (fstat(dirfd, &top) < 0)
+		return rp_err_set(err, -errno, "cannot examine %s: %s", shown, strerror(errno));
 	int fd = dirfd;
 	char *save = NULL;
 	for (char *name = strtok_r(path, "/", &save); name; name = strtok_r(NULL, "/", &save)) {
-		int next = step(fd, name, mode, flags);
+		int next = step(fd, name, mode, flags, top.st_uid);
 		if (next < 0) {
-			refuse(next, where, name, err);
+			refuse(next, where, name, top.st_uid, err);
 			if (fd != dirfd)
 				close(fd);
 			return next;
@@ -144,7 +153,7 @@ int rp_safefs_open_regular(int dirfd, const char *name, uint64_t max, const char
 	/* O_NONBLOCK: opening a FIFO for reading would wait for a writer. */
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ELOOP ? refuse(-ELOOP, shown, name, err)
+		return errno == ELOOP ? refuse(-ELOOP, shown, name, 0, err)
 				      : rp_err_set(err, -errno, "cannot open %s/%s: %s", shown, name,
 						   strerror(errno));
 	struct stat st;

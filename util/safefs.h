@@ -27,7 +27,9 @@ int rp_safefs_open_root(const char *path, mode_t mode, bool create, struct rp_er
 
 enum {
 	RP_SAFEFS_CREATE = 1, /* make missing directories, mode `mode` */
-	RP_SAFEFS_OWNED = 2,  /* refuse a directory not owned by the effective uid */
+	/* refuse a directory owned by neither the effective uid nor the
+	 * owner of dirfd, the directory the walk starts from */
+	RP_SAFEFS_OWNED = 2,
 };
 
 /* Directory rel ("a/b/c", no "." or "..") beneath dirfd, whose path

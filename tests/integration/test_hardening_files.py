@@ -128,9 +128,9 @@ os.symlink({secret!r} + "/dir", {logs!r} + "/goodrun")
     before = tree(secret)
     reason = "line1\n* * * * * root touch /tmp/pwned\n"
     refusals = {
-        ("evilrun", "evil"): "not owned by uid 0",
-        ("evilrun", "evil2"): "not owned by uid 0",
-        ("evilrun", "linked"): "not owned by uid 0",
+        ("evilrun", "evil"): "owned by neither uid 0",
+        ("evilrun", "evil2"): "owned by neither uid 0",
+        ("evilrun", "linked"): "owned by neither uid 0",
         ("linkrun", "x"): "linkrun is a symbolic link",
         ("goodrun", "second"): "goodrun is a symbolic link",
     }
