@@ -168,6 +168,7 @@ static void write_exports(struct rp_control *c)
 		struct rp_err err = { 0 };
 		struct rp_export_opts opts = {
 			.perfetto_grouping = (enum rp_perfetto_grouping)c->cfg->perfetto_grouping,
+			.beneath = c->cfg->logdir,
 		};
 		int rc = rp_export_session(p->dir, c->host, c->cfg->session_exports, &opts, &err);
 		if (rc < 0)

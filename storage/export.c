@@ -194,10 +194,12 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 	if (!opts)
 		opts = &default_opts;
 	json_t *all, *m;
-	int dirfd = open(session_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dirfd = opts->beneath ? rp_safefs_open_beneath(opts->beneath, session_dir, 0, err)
+				  : open(session_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
-		return rp_err_set(err, -errno, "cannot read session directory %s: %s", session_dir,
-				  strerror(errno));
+		return opts->beneath ? dirfd : rp_err_set(err, -errno, "cannot read session "
+							  "directory %s: %s", session_dir,
+							  strerror(errno));
 	int rc = rp_session_manifests_at(dirfd, session_dir, &all, err), first = 0;
 	unsigned failed = 0;
 	if (rc < 0) {
