@@ -1092,7 +1092,7 @@ int rp_session_manifests_at(int dirfd, const char *dir, json_t **out, struct rp_
 	json_t *list = rc == 0 ? json_array() : NULL;
 	if (rc == 0 && !list)
 		rc = rp_err_set(err, -ENOMEM, "out of memory reading %s", dir);
-	if (rc == 0)
+	if (rc == 0 && n) /* qsort wants a non-null array even when empty */
 		qsort(names, n, sizeof(*names), by_name);
 	for (size_t i = 0; i < n; i++) {
 		/* Only regular files of a manifest's size: a FIFO, a link or a
