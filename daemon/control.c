@@ -754,17 +754,20 @@ static int op_session_stop(void *ctx, const char *id, json_t **out, struct rp_er
 	struct rp_control *c = ctx;
 	pthread_mutex_lock(&c->lock);
 	struct open_session *o = find_open(c, id);
-	int rc;
-	if (o) {
+	bool open = o != NULL;
+	int rc = 0;
+	if (open) {
 		uint64_t now = rp_clock_now_ns();
 		rc = finish_session(c, o, o->due_ns && o->due_ns < now ? o->due_ns : now, out, err);
-	} else {
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!open) {
+		/* Whether it ran before is read from disk, outside the lock. */
 		json_t *m = load_manifest(c, id);
 		rc = m ? rp_err_set(err, -EALREADY, "session %s is not open (it has already stopped)", id)
 		       : rp_err_set(err, -ENOENT, "no session %s: `ringprof sessions` lists them", id);
 		json_decref(m);
 	}
-	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 

@@ -171,16 +171,23 @@ os.mkfifo(s + "/KEEP")
     with open(os.path.join(snap["path"], "y.manifest.json"), "wb") as f:
         f.truncate(200 << 20)
 
+    stamps = []  # the snapshots taken meanwhile, each listed
+
     def answers():
         status, data, took = timed(d, "GET", "/v1/sessions")
         assert status == 200 and took < ANSWER_S, (status, took)
-        assert [s["id"] for s in data["sessions"]] == ["real"], data
+        assert [s["id"] for s in data["sessions"]] == sorted(["real"] + stamps), data
         status, _, took = timed(d, "GET", "/v1/status")
         assert status == 200 and took < ANSWER_S, (status, took)
         status, _, took = timed(d, "GET", "/v1/sessions/s1")
         assert status == 404 and took < ANSWER_S, (status, took)
         status, _, took = timed(d, "GET", "/v1/sessions/real")
         assert status == 200 and took < ANSWER_S, (status, took)
+        status, _, took = timed(d, "POST", "/v1/sessions/real/stop")
+        assert status == 409 and took < ANSWER_S, (status, took)
+        status, data, took = timed(d, "POST", "/v1/snapshot", {"last": "1s"})
+        assert status == 201 and took < ANSWER_S, (status, data, took)
+        stamps.append(data["id"])
 
     answers()
     # Retention's pass at start reads every manifest too.
