@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "gate.h"
 #include "parse.h"
 #include "retention.h"
+#include "safefs.h"
 #include "session.h"
 
 #define PUMP_INTERVAL_NS 100000000ull
@@ -166,6 +168,7 @@ static void write_exports(struct rp_control *c)
 		struct rp_err err = { 0 };
 		struct rp_export_opts opts = {
 			.perfetto_grouping = (enum rp_perfetto_grouping)c->cfg->perfetto_grouping,
+			.beneath = c->cfg->logdir,
 		};
 		int rc = rp_export_session(p->dir, c->host, c->cfg->session_exports, &opts, &err);
 		if (rc < 0)
@@ -224,6 +227,27 @@ static void report_retention(void *ctx, const char *path, uint64_t bytes,
 		fprintf(stderr, "ringprofd: retention: deleted session %s (%s) to keep the log "
 			"directory within [sessions] max_count %u and max_bytes %s (0: no limit)\n",
 			path, size, cfg->sessions_max_count, cfg->sessions_max_bytes ? quota : "0");
+}
+
+static void report_leftover(void *ctx, const char *path, uint64_t bytes,
+			    const struct rp_err *err)
+{
+	(void)ctx, (void)bytes;
+	if (err)
+		fprintf(stderr, "ringprofd: %s\n", err->msg);
+	else
+		fprintf(stderr, "ringprofd: removed %s, left by a daemon of this host that "
+			"stopped while writing it\n", path);
+}
+
+/* This host's leftovers of a daemon that died (retention.h); at start,
+ * before any session is open. */
+static void clean_leftovers(struct rp_control *c)
+{
+	struct rp_retention_opts o = { .logdir = c->cfg->logdir, .report = report_leftover };
+	struct rp_err err = { 0 };
+	if (rp_retention_clean_leftovers(&o, c->host, &err) < 0)
+		fprintf(stderr, "ringprofd: cleaning leftovers: %s\n", err.msg);
 }
 
 /* One retention pass.  Called without c->lock: a pass over a large
@@ -348,6 +372,7 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 		snprintf(c->host, sizeof(c->host), "localhost");
 	pthread_mutex_init(&c->lock, NULL);
 	rp_cond_init_monotonic(&c->wake);
+	clean_leftovers(c);
 	retention_pass(c);
 	check_disk(c);
 	rc = -pthread_create(&c->pump_thread, NULL, pump_main, c);
@@ -631,49 +656,97 @@ static struct open_session *find_open(struct rp_control *c, const char *id)
 	return NULL;
 }
 
-/* Adds "keep" (a KEEP file: retention never deletes it) to a session. */
+/* Adds "keep" (a KEEP file: retention never deletes it) to a session.
+ * File I/O: never under c->lock. */
 static json_t *with_keep(json_t *s, const char *dir)
 {
 	json_object_set_new(s, "keep", json_boolean(dir && rp_retention_kept(dir)));
 	return s;
 }
 
+/* fn(ctx, profile dir fd, its path) for every run of the log directory,
+ * until fn returns true.  Nothing below the log directory is followed if
+ * a link.  Runs without locks: reading a large log directory, or one
+ * holding planted FIFOs, never holds up status, metrics or snapshots. */
+static void each_run(struct rp_control *c, bool (*fn)(void *, int, const char *), void *ctx)
+{
+	int logfd = open(c->cfg->logdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *runs = logfd >= 0 ? fdopendir(dup(logfd)) : NULL;
+	struct dirent *r;
+	bool done = false;
+	while (runs && !done && (r = readdir(runs))) {
+		char rel[PATH_MAX], profile[PATH_MAX];
+		if (r->d_name[0] == '.' ||
+		    (size_t)snprintf(rel, sizeof(rel), "%s/plugins/profile", r->d_name) >= sizeof(rel) ||
+		    (size_t)snprintf(profile, sizeof(profile), "%s/%s", c->cfg->logdir, rel) >=
+			    sizeof(profile))
+			continue;
+		int pfd = rp_safefs_open_dir(logfd, rel, 0, 0, c->cfg->logdir, NULL);
+		if (pfd >= 0) {
+			done = fn(ctx, pfd, profile);
+			close(pfd);
+		}
+	}
+	if (runs)
+		closedir(runs);
+	if (logfd >= 0)
+		close(logfd);
+}
+
+/* The manifests of session id in profile directory pfd (path profile),
+ * its path in path; NULL when there is no such session. */
+static json_t *session_manifests(int pfd, const char *profile, const char *id, char *path,
+				 size_t len)
+{
+	json_t *all = NULL;
+	if ((size_t)snprintf(path, len, "%s/%s", profile, id) >= len)
+		return NULL;
+	int sfd = rp_safefs_open_dir(pfd, id, 0, 0, profile, NULL);
+	if (sfd >= 0) {
+		(void)rp_session_manifests_at(sfd, path, &all, NULL);
+		close(sfd);
+	}
+	return all;
+}
+
+struct lookup {
+	struct rp_control *c;
+	const char *id;
+	json_t *found;
+};
+
+static bool find_manifest(void *ctx, int pfd, const char *profile)
+{
+	struct lookup *l = ctx;
+	char dir[PATH_MAX];
+	json_t *all = session_manifests(pfd, profile, l->id, dir, sizeof(dir)), *m;
+	json_t *hosts = json_array();
+	size_t i;
+	json_array_foreach(all, i, m) {
+		const char *host = json_string_value(json_object_get(m, "host"));
+		json_array_append_new(hosts, json_string(host ? host : ""));
+		if (!l->found || (host && !strcmp(host, l->c->host)))
+			l->found = m;
+	}
+	if (l->found) {
+		json_incref(l->found);
+		json_object_set(l->found, "hosts", hosts);
+		with_keep(l->found, dir);
+	}
+	json_decref(hosts);
+	json_decref(all);
+	return l->found != NULL;
+}
+
 /* A finished session on disk, <logdir>/<run>/plugins/profile/<id> of the
  * first run with a manifest for it: this host's manifest, else the first
- * host's, with "hosts" naming every host that wrote a part of it. */
+ * host's, with "hosts" naming every host that wrote a part of it.  Called
+ * without c->lock. */
 static json_t *load_manifest(struct rp_control *c, const char *id)
 {
-	DIR *d = opendir(c->cfg->logdir);
-	if (!d)
-		return NULL;
-	json_t *found = NULL;
-	struct dirent *e;
-	while (!found && (e = readdir(d))) {
-		char dir[PATH_MAX];
-		json_t *all = NULL, *m, *hosts = json_array();
-		struct rp_err err;
-		size_t i;
-		if (e->d_name[0] != '.' &&
-		    (size_t)snprintf(dir, sizeof(dir), "%s/%s/plugins/profile/%s", c->cfg->logdir,
-				     e->d_name, id) < sizeof(dir) &&
-		    rp_session_manifests(dir, &all, &err) == 0) {
-			json_array_foreach(all, i, m) {
-				const char *host = json_string_value(json_object_get(m, "host"));
-				json_array_append_new(hosts, json_string(host ? host : ""));
-				if (!found || (host && !strcmp(host, c->host)))
-					found = m;
-			}
-		}
-		if (found) {
-			json_incref(found);
-			json_object_set(found, "hosts", hosts);
-			with_keep(found, dir);
-		}
-		json_decref(hosts);
-		json_decref(all);
-	}
-	closedir(d);
-	return found;
+	struct lookup l = { .c = c, .id = id };
+	each_run(c, find_manifest, &l);
+	return l.found;
 }
 
 static int op_session_stop(void *ctx, const char *id, json_t **out, struct rp_err *err)
@@ -681,27 +754,43 @@ static int op_session_stop(void *ctx, const char *id, json_t **out, struct rp_er
 	struct rp_control *c = ctx;
 	pthread_mutex_lock(&c->lock);
 	struct open_session *o = find_open(c, id);
-	int rc;
-	if (o) {
+	bool open = o != NULL;
+	int rc = 0;
+	if (open) {
 		uint64_t now = rp_clock_now_ns();
 		rc = finish_session(c, o, o->due_ns && o->due_ns < now ? o->due_ns : now, out, err);
-	} else {
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!open) {
+		/* Whether it ran before is read from disk, outside the lock. */
 		json_t *m = load_manifest(c, id);
 		rc = m ? rp_err_set(err, -EALREADY, "session %s is not open (it has already stopped)", id)
 		       : rp_err_set(err, -ENOENT, "no session %s: `ringprof sessions` lists them", id);
 		json_decref(m);
 	}
-	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+/* An open session's JSON, taken under c->lock; NULL when none is open. */
+static json_t *open_session_json(struct rp_control *c, const char *id)
+{
+	pthread_mutex_lock(&c->lock);
+	struct open_session *o = find_open(c, id);
+	json_t *s = o ? rp_session_to_json(o->s) : NULL;
+	pthread_mutex_unlock(&c->lock);
+	return s;
+}
+
+static const char *path_of(const json_t *s)
+{
+	return json_string_value(json_object_get(s, "path"));
 }
 
 static int op_session_get(void *ctx, const char *id, json_t **out, struct rp_err *err)
 {
 	struct rp_control *c = ctx;
-	pthread_mutex_lock(&c->lock);
-	struct open_session *o = find_open(c, id);
-	*out = o ? with_keep(rp_session_to_json(o->s), rp_session_path(o->s)) : load_manifest(c, id);
-	pthread_mutex_unlock(&c->lock);
+	json_t *s = open_session_json(c, id);
+	*out = s ? with_keep(s, path_of(s)) : load_manifest(c, id);
 	if (!*out)
 		return rp_err_set(err, -ENOENT, "no session %s: `ringprof sessions` lists them", id);
 	return 0;
@@ -711,13 +800,12 @@ static int op_session_get(void *ctx, const char *id, json_t **out, struct rp_err
 static int op_session_keep(void *ctx, const char *id, json_t **out, struct rp_err *err)
 {
 	struct rp_control *c = ctx;
-	pthread_mutex_lock(&c->lock);
-	struct open_session *o = find_open(c, id);
-	json_t *s = o ? rp_session_to_json(o->s) : load_manifest(c, id);
-	const char *dir = json_string_value(json_object_get(s, "path"));
+	json_t *s = open_session_json(c, id);
+	if (!s)
+		s = load_manifest(c, id);
+	const char *dir = path_of(s);
 	int rc = !dir ? rp_err_set(err, -ENOENT, "no session %s: `ringprof sessions` lists them", id)
-		      : rp_retention_keep(dir, err);
-	pthread_mutex_unlock(&c->lock);
+		      : rp_retention_keep(c->cfg->logdir, dir, err);
 	if (rc < 0) {
 		json_decref(s);
 		return rc;
@@ -740,64 +828,77 @@ static int by_id(const void *a, const void *b)
 	return c ? c : by_key(x, y, "host");
 }
 
+static bool list_run(void *ctx, int pfd, const char *profile)
+{
+	json_t *list = ctx;
+	int fd = dup(pfd);
+	DIR *sessions = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!sessions) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	struct dirent *e;
+	while ((e = readdir(sessions))) {
+		char path[PATH_MAX];
+		json_t *all = e->d_name[0] == '.' ? NULL
+				: session_manifests(pfd, profile, e->d_name, path, sizeof(path)), *m;
+		size_t i;
+		json_array_foreach(all, i, m)
+			json_array_append(list, with_keep(m, path));
+		json_decref(all);
+	}
+	closedir(sessions);
+	return false;
+}
+
 /* Every finished session under the log directory, one object per host
- * that wrote a part of it, oldest id first. */
+ * that wrote a part of it, oldest id first.  Leftovers (no manifest) are
+ * none.  Called without c->lock. */
 static void list_manifests(struct rp_control *c, json_t *list)
 {
-	DIR *runs = opendir(c->cfg->logdir);
-	if (!runs)
-		return;
 	size_t start = json_array_size(list);
-	struct dirent *r;
-	while ((r = readdir(runs))) {
-		if (r->d_name[0] == '.')
-			continue;
-		char dir[PATH_MAX];
-		if ((size_t)snprintf(dir, sizeof(dir), "%s/%s/plugins/profile", c->cfg->logdir,
-				     r->d_name) >= sizeof(dir))
-			continue;
-		DIR *sessions = opendir(dir);
-		if (!sessions)
-			continue;
-		struct dirent *s;
-		while ((s = readdir(sessions))) {
-			char path[PATH_MAX];
-			json_t *all = NULL, *m;
-			struct rp_err err;
-			size_t i;
-			if (s->d_name[0] == '.' ||
-			    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, s->d_name) >=
-				    sizeof(path) ||
-			    rp_session_manifests(path, &all, &err) < 0)
-				continue;
-			json_array_foreach(all, i, m)
-				json_array_append(list, with_keep(m, path));
-			json_decref(all);
-		}
-		closedir(sessions);
-	}
-	closedir(runs);
+	each_run(c, list_run, list);
 	size_t n = json_array_size(list) - start;
 	json_t **items = malloc(n * sizeof(*items) + 1);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; items && i < n; i++)
 		items[i] = json_incref(json_array_get(list, start + i));
-	qsort(items, n, sizeof(*items), by_id);
-	for (size_t i = 0; i < n; i++)
+	if (items && n)
+		qsort(items, n, sizeof(*items), by_id);
+	for (size_t i = 0; items && i < n; i++)
 		json_array_set_new(list, start + i, items[i]);
 	free(items);
 }
 
+/* Whether list[0, n) holds the part of s's host of session s already. */
+static bool listed(json_t *list, size_t n, const json_t *s)
+{
+	for (size_t i = 0; i < n; i++) {
+		const json_t *m = json_array_get(list, i);
+		if (!by_key(m, s, "id") && !by_key(m, s, "host"))
+			return true;
+	}
+	return false;
+}
+
+/* The open sessions are taken under c->lock (memory only); the files are
+ * read after it is let go. */
 static int op_session_list(void *ctx, json_t **out, struct rp_err *err)
 {
 	(void)err;
 	struct rp_control *c = ctx;
-	json_t *list = json_array();
+	json_t *list = json_array(), *open = json_array(), *s;
 	pthread_mutex_lock(&c->lock);
-	list_manifests(c, list);
 	for (struct open_session *o = c->open; o; o = o->next)
-		json_array_append_new(list, with_keep(rp_session_to_json(o->s),
-						      rp_session_path(o->s)));
+		json_array_append_new(open, rp_session_to_json(o->s));
 	pthread_mutex_unlock(&c->lock);
+	list_manifests(c, list);
+	size_t finished = json_array_size(list), i;
+	/* One that closed meanwhile is listed by its manifest already. */
+	json_array_foreach(open, i, s)
+		if (!listed(list, finished, s))
+			json_array_append(list, with_keep(s, path_of(s)));
+	json_decref(open);
 	*out = json_pack("{s:o}", "sessions", list);
 	return 0;
 }

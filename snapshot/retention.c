@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "parse.h"
+#include "safefs.h"
 #include "session.h"
 
 /* Sessions are flat; a tree deeper than this is not one of ours. */
@@ -132,15 +133,19 @@ static int inspect(int pfd, const char *name, int64_t now, struct entry *en)
 			    now - wall_ns(&st.st_mtim) < (int64_t)RP_SESSION_OPEN_FRESH_NS)
 				busy = true;
 		} else if (ends_with(e->d_name, RP_SESSION_MANIFEST_SUFFIX)) {
-			int mfd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			json_t *m = mfd >= 0 ? json_loadfd(mfd, 0, NULL) : NULL;
+			/* A FIFO or a huge file under a manifest's name is no
+			 * manifest: never waited on, never read whole. */
+			char *text = NULL;
+			size_t len = 0;
+			json_t *m = rp_safefs_read(dirfd(d), e->d_name, RP_SAFEFS_META_MAX, &text, &len,
+						   name, NULL) == 0 ? json_loadb(text, len, 0, NULL)
+								    : NULL;
 			json_t *c = json_object_get(json_object_get(m, "trigger"), "created_wall_ns");
 			manifest = manifest || json_is_object(m);
 			if (json_is_integer(c) && json_integer_value(c) < created)
 				created = json_integer_value(c);
 			json_decref(m);
-			if (mfd >= 0)
-				close(mfd);
+			free(text);
 		}
 	}
 	closedir(d);
@@ -332,7 +337,8 @@ int rp_retention_enforce(const struct rp_retention_opts *o, struct rp_retention_
 			scan_run(&p, logfd, r->d_name);
 	closedir(runs);
 
-	qsort(p.e, p.n, sizeof(*p.e), oldest_first);
+	if (p.n) /* qsort wants a non-null array even when empty */
+		qsort(p.e, p.n, sizeof(*p.e), oldest_first);
 	for (size_t i = 0; i < p.n; i++) {
 		st->sessions++;
 		st->bytes += p.e[i].bytes;
@@ -374,18 +380,29 @@ int rp_retention_enforce(const struct rp_retention_opts *o, struct rp_retention_
 	return p.rc;
 }
 
-int rp_retention_keep(const char *session_dir, struct rp_err *err)
+int rp_retention_keep(const char *logdir, const char *session_dir, struct rp_err *err)
 {
-	char path[PATH_MAX];
-	if ((size_t)snprintf(path, sizeof(path), "%s/" RP_RETENTION_KEEP_FILE, session_dir) >=
-	    sizeof(path))
-		return rp_err_set(err, -ENAMETOOLONG, "session path too long: %s", session_dir);
-	int fd = open(path, O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0640);
-	if (fd < 0)
-		return rp_err_set(err, -errno, "cannot create %s: %s: check that the session "
-				  "exists and the log directory is writable", path, strerror(errno));
-	close(fd);
-	return 0;
+	/* Reached from the log directory without following a link, and
+	 * O_NONBLOCK: a FIFO planted as KEEP is not waited on. */
+	struct rp_err why = { 0 };
+	int dfd = rp_safefs_open_beneath(logdir, session_dir, 0, &why);
+	if (dfd < 0)
+		return rp_err_set(err, dfd, "cannot mark %s as kept: %s%s", session_dir, why.msg,
+				  dfd == -ENOENT ? ": check that the session exists" : "");
+	/* Retention goes by the name alone: whatever is there keeps it. */
+	struct stat st;
+	bool there = fstatat(dfd, RP_RETENTION_KEEP_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	int fd = there ? -1 : openat(dfd, RP_RETENTION_KEEP_FILE,
+				     O_CREAT | O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0640);
+	int rc = 0;
+	if (!there && fd < 0)
+		rc = rp_err_set(err, -errno, "cannot create %s/" RP_RETENTION_KEEP_FILE ": %s: check "
+				"that the session exists and the log directory is writable",
+				session_dir, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	close(dfd);
+	return rc;
 }
 
 bool rp_retention_kept(const char *session_dir)
@@ -395,6 +412,147 @@ bool rp_retention_kept(const char *session_dir)
 	return (size_t)snprintf(path, sizeof(path), "%s/" RP_RETENTION_KEEP_FILE, session_dir) <
 		       sizeof(path) &&
 	       lstat(path, &st) == 0;
+}
+
+/* ---- leftovers at start ---- */
+
+struct leftovers {
+	const struct rp_retention_opts *o;
+	const char *file_host;  /* this host as file names spell it */
+	size_t hlen;
+	int removed;
+	int rc;
+	struct rp_err *err;
+};
+
+/* "<file_host>.<rest>" (a leading '.' of a temporary name skipped) of
+ * this host and no other: another host of the session whose name is
+ * longer but starts the same ("vm" and "vm.b") owns what matches it. */
+static bool of_this_host(const struct leftovers *l, const char *name, char **names, size_t n)
+{
+	const char *base = name + (name[0] == '.');
+	if (strncmp(base, l->file_host, l->hlen) || base[l->hlen] != '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const char *suffix = ends_with(names[i], RP_SESSION_OPEN_SUFFIX) ? RP_SESSION_OPEN_SUFFIX
+				     : ends_with(names[i], RP_SESSION_MANIFEST_SUFFIX)
+					     ? RP_SESSION_MANIFEST_SUFFIX : NULL;
+		size_t other = suffix ? strlen(names[i]) - strlen(suffix) : 0;
+		if (other > l->hlen && !strncmp(base, names[i], other) && base[other] == '.')
+			return false;
+	}
+	return true;
+}
+
+/* A temporary file: safefs's, or the older "<name>.tmp<PID>" and
+ * "<host>.manifest.json.tmp". */
+static bool temporary(const char *name)
+{
+	const char *t = strstr(name, ".tmp");
+	while (t && strstr(t + 1, ".tmp"))
+		t = strstr(t + 1, ".tmp");
+	return rp_safefs_is_tmp_name(name) || (t && strspn(t + 4, "0123456789") == strlen(t + 4));
+}
+
+static void remove_leftover(struct leftovers *l, int sfd, const char *dir, const char *name)
+{
+	struct stat st;
+	char path[PATH_MAX + NAME_MAX + 2];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (fstatat(sfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+		return;
+	struct rp_err why = { 0 };
+	if (unlinkat(sfd, name, 0) < 0 && errno != ENOENT) {
+		rp_err_set(&why, -errno, "cannot remove leftover %s: %s", path, strerror(errno));
+		if (l->rc == 0 && (l->rc = why.code) && l->err)
+			*l->err = why;
+	} else {
+		l->removed++;
+	}
+	if (l->o->report)
+		l->o->report(l->o->ctx, path, (uint64_t)st.st_blocks * 512, why.code ? &why : NULL);
+}
+
+/* This host's leftovers in session directory id of pfd: temporary files;
+ * without this host's manifest (it died writing the session) also its
+ * .open marker and .chunks files, and the directory once empty. */
+static void clean_session(struct leftovers *l, int pfd, const char *run, const char *id)
+{
+	int sfd = openat(pfd, id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = sfd >= 0 ? fdopendir(dup(sfd)) : NULL;
+	char **names = NULL;
+	size_t n = 0;
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char **grown = realloc(names, (n + 1) * sizeof(*names));
+		if (!grown || !(grown[n] = strdup(e->d_name))) {
+			names = grown ? grown : names;
+			break; /* out of memory: what was listed is still cleaned */
+		}
+		names = grown;
+		n++;
+	}
+	if (d)
+		closedir(d);
+	char dir[PATH_MAX], manifest[NAME_MAX + 1];
+	snprintf(dir, sizeof(dir), "%s/%s/plugins/profile/%s", l->o->logdir, run, id);
+	snprintf(manifest, sizeof(manifest), "%s" RP_SESSION_MANIFEST_SUFFIX, l->file_host);
+	bool complete = false;
+	for (size_t i = 0; i < n; i++)
+		complete = complete || !strcmp(names[i], manifest);
+	bool part = false;
+	for (size_t i = 0; sfd >= 0 && i < n; i++) {
+		if (!of_this_host(l, names[i], names, n))
+			continue;
+		bool crashed = !complete && (ends_with(names[i], RP_SESSION_OPEN_SUFFIX) ||
+					     ends_with(names[i], ".chunks"));
+		if (temporary(names[i]) || crashed)
+			remove_leftover(l, sfd, dir, names[i]);
+		part = part || crashed;
+	}
+	/* Left for other hosts' parts, if any remain. */
+	if (part)
+		(void)unlinkat(pfd, id, AT_REMOVEDIR);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	if (sfd >= 0)
+		close(sfd);
+}
+
+int rp_retention_clean_leftovers(const struct rp_retention_opts *o, const char *host,
+				 struct rp_err *err)
+{
+	char file_host[NAME_MAX + 1];
+	snprintf(file_host, sizeof(file_host), "%s", host);
+	rp_session_file_host(file_host);
+	struct leftovers l = { .o = o, .file_host = file_host, .hlen = strlen(file_host),
+			       .err = err };
+	int logfd = open(o->logdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *runs = logfd >= 0 ? fdopendir(dup(logfd)) : NULL;
+	if (!runs) {
+		int e = errno;
+		if (logfd >= 0)
+			close(logfd);
+		return e == ENOENT ? 0 : rp_err_set(err, -e, "cannot read log directory %s: %s: "
+						    "check its permissions", o->logdir, strerror(e));
+	}
+	struct dirent *r;
+	while ((r = readdir(runs))) {
+		int pfd = r->d_name[0] == '.' ? -1 : open_profile(logfd, r->d_name);
+		DIR *d = pfd >= 0 ? fdopendir(dup(pfd)) : NULL;
+		struct dirent *s;
+		while (d && (s = readdir(d)))
+			if (s->d_name[0] != '.')
+				clean_session(&l, pfd, r->d_name, s->d_name);
+		if (d)
+			closedir(d);
+		if (pfd >= 0)
+			close(pfd);
+	}
+	closedir(runs);
+	close(logfd);
+	return l.rc < 0 ? l.rc : l.removed;
 }
 
 /* ---- the check at start ---- */

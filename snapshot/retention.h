@@ -48,9 +48,22 @@ struct rp_retention_stats {
 int rp_retention_enforce(const struct rp_retention_opts *o, struct rp_retention_stats *st,
 			 struct rp_err *err);
 
-/* Mark a session directory as kept (its KEEP file); idempotent. */
-int rp_retention_keep(const char *session_dir, struct rp_err *err);
+/* Mark session directory session_dir, beneath logdir, as kept (its KEEP
+ * file); idempotent.  Nothing below logdir is followed if a link. */
+int rp_retention_keep(const char *logdir, const char *session_dir, struct rp_err *err);
 bool rp_retention_kept(const char *session_dir);
+
+/* Leftovers of this host's daemon that died, removed at start: its
+ * temporary files (partial exports, manifests), and where it left no
+ * manifest (it died, or the disk filled, while writing the session) its
+ * .open marker and .chunks files, and the session directory once empty.
+ * Other hosts' files are never touched.  Call once at start, before any
+ * session of this host can be open (the ring files' locks keep a second
+ * daemon of this state directory out).  o->report is called for each file
+ * removed (or not); the limits are not used.  Returns the number removed
+ * or the first error (-errno), going on past it. */
+int rp_retention_clean_leftovers(const struct rp_retention_opts *o, const char *host,
+				 struct rp_err *err);
 
 /* What the daemon will hold on disk, for the check at start. */
 struct rp_disk_plan {

@@ -25,6 +25,7 @@
 
 #include "chunk.h"
 #include "parse.h"
+#include "safefs.h"
 
 /* Saved chunks held for all devices together; beyond this the writer's
  * hand-overs are counted as lost instead of growing without bound. */
@@ -91,7 +92,8 @@ struct device {
 struct rp_session {
 	char *id, *run, *host, *path, *source, *reason;
 	char *file_host;          /* host as it appears in file names */
-	char *marker;             /* <path>/<file_host>.open while open */
+	int dirfd;                /* the session directory; -1 when not made */
+	char *marker;             /* <file_host>.open in it, while open */
 	uint64_t touched_ns;      /* CLOCK_MONOTONIC of the marker's last touch */
 	json_t *trigger_extra;
 	enum rp_session_kind kind;
@@ -177,26 +179,6 @@ static int dir_error(struct rp_err *err, int e, const char *dir, const char *log
 	}
 }
 
-/* mkdir -p: every prefix of path that is missing, mode 0750. */
-static int make_dirs(char *path, const char *logdir, struct rp_err *err)
-{
-	for (char *p = path + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		int e = mkdir(path, 0750) < 0 && errno != EEXIST ? errno : 0;
-		if (e) {
-			int rc = dir_error(err, e, path, logdir);
-			*p = c;
-			return rc;
-		}
-		*p = c;
-		if (!c)
-			return 0;
-	}
-}
-
 static char *join(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *join(const char *fmt, ...)
 {
@@ -220,20 +202,21 @@ static uint64_t mono_ns(void)
  * directory when they write one session, each host once. */
 static int claim(struct rp_session *s, const char *logdir, struct rp_err *err)
 {
-	char *marker = join("%s/%s" RP_SESSION_OPEN_SUFFIX, s->path, s->file_host);
-	char *manifest = join("%s/%s" RP_SESSION_MANIFEST_SUFFIX, s->path, s->file_host);
+	char *marker = join("%s" RP_SESSION_OPEN_SUFFIX, s->file_host);
+	char *manifest = join("%s" RP_SESSION_MANIFEST_SUFFIX, s->file_host);
 	int rc = 0;
 	if (!marker || !manifest) {
 		rc = rp_err_set(err, -ENOMEM, "out of memory creating a session");
 		goto out;
 	}
-	int fd = open(marker, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0640);
+	int fd = openat(s->dirfd, marker, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC,
+			0640);
 	int e = fd < 0 ? errno : 0;
 	if (fd >= 0)
 		close(fd);
 	struct stat st;
-	if (e == 0 && stat(manifest, &st) == 0) {
-		unlink(marker);
+	if (e == 0 && fstatat(s->dirfd, manifest, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		(void)unlinkat(s->dirfd, marker, 0);
 		e = EEXIST;
 	}
 	if (e == EEXIST)
@@ -241,7 +224,7 @@ static int claim(struct rp_session *s, const char *logdir, struct rp_err *err)
 				"files of host %s: choose another name", s->id, s->run, s->path,
 				s->host);
 	else if (e)
-		rc = dir_error(err, e, marker, logdir);
+		rc = dir_error(err, e, s->path, logdir);
 	if (rc == 0) {
 		s->marker = marker;
 		marker = NULL;
@@ -253,10 +236,18 @@ out:
 	return rc;
 }
 
-/* Create (or, for a given id, join) the session's own directory and claim
- * it; a generated id that is taken gets a suffix. */
-static int make_session_dir(struct rp_session *s, const char *profile, const char *logdir,
-			    bool given, struct rp_err *err)
+/* A directory the daemon cannot use safely (a planted link, another
+ * owner's) keeps safefs's message; other errors name the log directory. */
+static int walk_error(struct rp_err *err, int rc, const char *dir, const char *logdir)
+{
+	return rc == -ELOOP || rc == -EPERM || rc == -EINVAL ? rc : dir_error(err, -rc, dir, logdir);
+}
+
+/* Create (or, for a given id, join) the session's own directory in pfd
+ * (path profile) and claim it; a generated id that is taken gets a
+ * suffix.  One that is a link or not the daemon's is refused. */
+static int make_session_dir(struct rp_session *s, int pfd, const char *profile,
+			    const char *logdir, bool given, struct rp_err *err)
 {
 	for (int i = 0; i <= MAX_SUFFIX; i++) {
 		char *id = i ? join("%s_%d", s->id, i) : strdup(s->id);
@@ -265,15 +256,17 @@ static int make_session_dir(struct rp_session *s, const char *profile, const cha
 			free(id);
 			return rp_err_set(err, -ENOMEM, "out of memory creating a session");
 		}
-		bool made = mkdir(path, 0750) == 0;
+		bool made = mkdirat(pfd, id, 0750) == 0;
 		int e = made ? 0 : errno, rc = 0;
 		if (made || (e == EEXIST && given)) {
 			free(s->id);
 			s->id = id;
 			s->path = path;
-			rc = claim(s, logdir, err);
+			s->dirfd = rp_safefs_open_dir(pfd, id, 0750, RP_SAFEFS_OWNED, profile, err);
+			rc = s->dirfd < 0 ? walk_error(err, s->dirfd, path, logdir)
+					  : claim(s, logdir, err);
 			if (rc < 0 && made)
-				rmdir(path);
+				(void)unlinkat(pfd, id, AT_REMOVEDIR);
 			return rc;
 		}
 		if (e != EEXIST)
@@ -312,6 +305,7 @@ int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 	if (!s)
 		return rp_err_set(err, -ENOMEM, "out of memory creating a session");
 	pthread_mutex_init(&s->lock, NULL);
+	s->dirfd = -1;
 	s->kind = opts->kind;
 	s->state = RP_SESSION_OPEN;
 	s->start_ns = opts->start_ns;
@@ -332,16 +326,29 @@ int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 	s->reason = opts->reason ? strdup(opts->reason) : NULL;
 	s->trigger_extra = opts->trigger_extra ? json_deep_copy(opts->trigger_extra) : NULL;
 	char *profile = join("%s/%s/plugins/profile", opts->logdir, opts->run);
-	int rc = 0;
+	char *rel = join("%s/plugins/profile", opts->run);
+	int rc = 0, logfd = -1, pfd = -1;
 	if (!s->id || !s->run || !s->host || !s->file_host || !s->source ||
 	    (opts->reason && !s->reason) ||
-	    (opts->trigger_extra && !s->trigger_extra) || !profile ||
+	    (opts->trigger_extra && !s->trigger_extra) || !profile || !rel ||
 	    rp_chunk_reader_new(&s->reader) < 0)
 		rc = rp_err_set(err, -ENOMEM, "out of memory creating a session");
+	/* Below the log directory (group-writable in deployments) nothing
+	 * is reached by path: a planted link or a run directory of another
+	 * user is refused. */
+	if (rc == 0 && (logfd = rp_safefs_open_root(opts->logdir, 0750, true, err)) < 0)
+		rc = dir_error(err, -logfd, opts->logdir, opts->logdir);
+	if (rc == 0 && (pfd = rp_safefs_open_dir(logfd, rel, 0750,
+						 RP_SAFEFS_CREATE | RP_SAFEFS_OWNED,
+						 opts->logdir, err)) < 0)
+		rc = walk_error(err, pfd, profile, opts->logdir);
 	if (rc == 0)
-		rc = make_dirs(profile, opts->logdir, err);
-	if (rc == 0)
-		rc = make_session_dir(s, profile, opts->logdir, opts->id != NULL, err);
+		rc = make_session_dir(s, pfd, profile, opts->logdir, opts->id != NULL, err);
+	if (pfd >= 0)
+		close(pfd);
+	if (logfd >= 0)
+		close(logfd);
+	free(rel);
 	free(profile);
 	if (rc < 0) {
 		/* Nothing was created on disk: no manifest to leave behind. */
@@ -474,6 +481,12 @@ static void ring_horizon(struct device *d)
 	d->horizon_s = st.chunks ? (double)(st.last_ts - st.first_ts) / 1e9 : 0;
 }
 
+/* The .chunks file's name in the session directory (d->file is its path). */
+static const char *chunks_name(const struct device *d)
+{
+	return d->file + strlen(d->s->path) + 1;
+}
+
 static int add_ring(struct rp_session *s, const char *device, struct rp_ringfile *rf,
 		    struct rp_err *err)
 {
@@ -510,7 +523,8 @@ static int add_ring(struct rp_session *s, const char *device, struct rp_ringfile
 	atomic_store(&d->cursor, from);
 	/* O_RDWR: chunks copied while the window was open are read back at
 	 * close to count the events past its end. */
-	d->fd = open(d->file, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0640);
+	d->fd = openat(s->dirfd, chunks_name(d),
+		       O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0640);
 	if (d->fd < 0) {
 		int e = errno;
 		rc = e == EEXIST ? rp_err_set(err, -EEXIST, "ring %s is already part of session %s "
@@ -522,7 +536,7 @@ static int add_ring(struct rp_session *s, const char *device, struct rp_ringfile
 	}
 	rc = rp_ringfile_pin(rf, from, UINT64_MAX, save_chunk, d, &d->pin);
 	if (rc < 0) {
-		unlink(d->file);
+		(void)unlinkat(s->dirfd, chunks_name(d), 0);
 		free_device(d);
 		return rp_err_set(err, rc, "cannot pin ring %s for session %s: %s", device, s->id,
 				  strerror(-rc));
@@ -764,10 +778,10 @@ int rp_session_pump(struct rp_session *s, struct rp_err *err)
 	/* Retention takes a session whose marker went stale for abandoned. */
 	uint64_t now = mono_ns();
 	if (rc == 0 && now - s->touched_ns >= RP_SESSION_OPEN_FRESH_NS / 10) {
-		if (utimensat(AT_FDCWD, s->marker, NULL, 0) < 0)
-			rc = rp_err_set(&why, -errno, "cannot refresh %s: %s: retention may delete "
-					"the session as abandoned; check the log directory", s->marker,
-					strerror(errno));
+		if (utimensat(s->dirfd, s->marker, NULL, AT_SYMLINK_NOFOLLOW) < 0)
+			rc = rp_err_set(&why, -errno, "cannot refresh %s/%s: %s: retention may delete "
+					"the session as abandoned; check the log directory", s->path,
+					s->marker, strerror(errno));
 		else
 			s->touched_ns = now;
 	}
@@ -940,54 +954,39 @@ json_t *rp_session_to_json(const struct rp_session *s)
 	return session_json(s, false);
 }
 
-/* <host>.manifest.json.tmp, fsync, rename, fsync the directory: a reader
- * sees the old manifest or the new one, never half of one.  The .open
- * marker goes once the manifest is in place. */
+/* A temporary file, fsync, rename, fsync the directory: a reader sees the
+ * old manifest or the new one, never half of one.  The temporary name is
+ * random and made with O_EXCL | O_NOFOLLOW: a link planted at any name in
+ * the directory is never written through.  The .open marker goes once the
+ * manifest is in place. */
 static int write_manifest(struct rp_session *s, struct rp_err *err)
 {
 	s->manifest_written = true;
+	if (s->dirfd < 0)
+		return 0; /* nothing was created on disk */
 	json_t *m = session_json(s, true);
 	char *text = json_dumps(m, JSON_INDENT(2));
 	json_decref(m);
-	char *tmp = join("%s/%s" RP_SESSION_MANIFEST_SUFFIX ".tmp", s->path, s->file_host);
-	char *final = join("%s/%s" RP_SESSION_MANIFEST_SUFFIX, s->path, s->file_host);
-	int rc = 0;
-	if (!text || !tmp || !final) {
-		rc = rp_err_set(err, -ENOMEM, "out of memory writing the manifest of session %s",
-				s->id);
-		goto out;
+	char *final = join("%s" RP_SESSION_MANIFEST_SUFFIX, s->file_host);
+	if (!text || !final) {
+		free(text);
+		free(final);
+		return rp_err_set(err, -ENOMEM, "out of memory writing the manifest of session %s",
+				  s->id);
 	}
-	int fd = open(tmp, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0640);
-	if (fd < 0) {
-		rc = write_error(err, errno, tmp);
-		goto out;
+	struct rp_safefs_tmp tmp;
+	int rc = rp_safefs_tmp_open(s->dirfd, final, 0640, &tmp, s->path, err);
+	if (rc == 0 && (rc = write_all(tmp.fd, text, strlen(text))) < 0) {
+		rp_safefs_tmp_discard(&tmp);
+		rc = write_error(err, -rc, s->path);
 	}
-	rc = write_all(fd, text, strlen(text));
-	if (rc == 0 && fsync(fd) < 0)
-		rc = -errno;
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	if (rc < 0) {
-		unlink(tmp);
-		rc = write_error(err, -rc, tmp);
-		goto out;
-	}
-	if (rename(tmp, final) < 0) {
-		rc = write_error(err, errno, final);
-		unlink(tmp);
-		goto out;
-	}
+	if (rc == 0)
+		rc = rp_safefs_tmp_publish(&tmp, final, s->path, err);
 	/* A marker left behind (an unlink failing here) only keeps retention
 	 * off the session until it goes stale. */
-	unlink(s->marker);
-	int dfd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || fsync(dfd) < 0)
-		rc = write_error(err, errno, s->path);
-	if (dfd >= 0)
-		close(dfd);
-out:
+	if (rc == 0 && s->marker)
+		(void)unlinkat(s->dirfd, s->marker, 0);
 	free(text);
-	free(tmp);
 	free(final);
 	return rc;
 }
@@ -1045,6 +1044,8 @@ void rp_session_free(struct rp_session *s)
 	free(s->file_host);
 	free(s->marker);
 	free(s->path);
+	if (s->dirfd >= 0)
+		close(s->dirfd);
 	free(s->source);
 	free(s->reason);
 	free(s);
@@ -1057,13 +1058,18 @@ static int by_name(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err)
+int rp_session_manifests_at(int dirfd, const char *dir, json_t **out, struct rp_err *err)
 {
 	*out = NULL;
-	DIR *d = opendir(dir);
-	if (!d)
-		return rp_err_set(err, -errno, "cannot read session directory %s: %s", dir,
-				  strerror(errno));
+	int fd = dup(dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return rp_err_set(err, -e, "cannot read session directory %s: %s", dir, strerror(e));
+	}
+	rewinddir(d);
 	const size_t slen = strlen(RP_SESSION_MANIFEST_SUFFIX);
 	char **names = NULL;
 	size_t n = 0;
@@ -1086,21 +1092,38 @@ int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err)
 	json_t *list = rc == 0 ? json_array() : NULL;
 	if (rc == 0 && !list)
 		rc = rp_err_set(err, -ENOMEM, "out of memory reading %s", dir);
-	if (rc == 0)
+	if (rc == 0 && n) /* qsort wants a non-null array even when empty */
 		qsort(names, n, sizeof(*names), by_name);
 	for (size_t i = 0; i < n; i++) {
-		char *path = rc == 0 ? join("%s/%s", dir, names[i]) : NULL;
-		json_t *m = path ? json_load_file(path, 0, NULL) : NULL;
+		/* Only regular files of a manifest's size: a FIFO, a link or a
+		 * huge file planted under a manifest's name is skipped. */
+		char *text = NULL;
+		size_t len = 0;
+		json_t *m = rc == 0 && rp_safefs_read(dirfd, names[i], RP_SAFEFS_META_MAX, &text,
+						      &len, dir, NULL) == 0
+				    ? json_loadb(text, len, 0, NULL) : NULL;
 		if (json_is_object(m)) {
 			json_object_set_new(m, "path", json_string(dir));
 			json_array_append(list, m);
 		}
 		json_decref(m);
-		free(path);
+		free(text);
 		free(names[i]);
 	}
 	free(names);
 	*out = list;
+	return rc;
+}
+
+int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err)
+{
+	*out = NULL;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return rp_err_set(err, -errno, "cannot read session directory %s: %s", dir,
+				  strerror(errno));
+	int rc = rp_session_manifests_at(fd, dir, out, err);
+	close(fd);
 	return rc;
 }
 
@@ -1126,11 +1149,21 @@ int rp_session_chunks_open(const char *path, struct rp_session_chunks **out, str
 		return rp_err_set(err, -ENOMEM, "out of memory opening %s", path);
 	}
 	c->cap = READ_BLOCK;
-	c->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (c->fd < 0) {
-		int e = errno;
+	/* A regular file only, never through a link nor blocking on a FIFO. */
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	int rc = !dir ? rp_err_set(err, -ENOMEM, "out of memory opening %s", path)
+		: dfd < 0 ? rp_err_set(err, -errno, "cannot open session chunks %s: %s", path,
+				       strerror(errno))
+		: (c->fd = rp_safefs_open_regular(dfd, slash ? slash + 1 : path, UINT64_MAX, dir,
+						  err));
+	if (dfd >= 0)
+		close(dfd);
+	free(dir);
+	if (rc < 0) {
 		rp_session_chunks_close(c);
-		return rp_err_set(err, -e, "cannot open session chunks %s: %s", path, strerror(e));
+		return rc;
 	}
 	*out = c;
 	return 0;

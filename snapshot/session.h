@@ -98,6 +98,10 @@ void rp_session_file_host(char *host);
  * each with "path" set to dir as this host sees it.  Unreadable manifests
  * are left out; -errno when dir cannot be read. */
 int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err);
+/* The same for the directory open as dirfd (path dir, for "path" and
+ * errors).  Only regular files up to RP_SAFEFS_META_MAX are read, never
+ * through a link nor blocking on a FIFO. */
+int rp_session_manifests_at(int dirfd, const char *dir, json_t **out, struct rp_err *err);
 /* Iterate one device's chunks file. */
 struct rp_session_chunks;
 int rp_session_chunks_open(const char *path, struct rp_session_chunks **out,

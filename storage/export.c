@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "reader.h"
+#include "safefs.h"
 #include "session.h"
 #include "writers.h"
 
@@ -102,50 +103,49 @@ static mode_t session_mode(const char *session_dir)
 	return stat(session_dir, &st) == 0 ? st.st_mode & 0666 : 0644;
 }
 
-/* Format f of reader r's host part into path, through a temporary file
- * renamed into place when whole. */
+/* Format f of reader r's host part into file `name` of directory dirfd
+ * (path dir), through a temporary file renamed into place when whole: a
+ * random name made with O_EXCL | O_NOFOLLOW, so a link planted at the
+ * export's name or any guessable temporary name is never written through. */
 static int write_format(struct rp_reader *r, const char *session_dir, enum rp_export_format f,
-			const char *path, const struct rp_export_opts *opts, struct rp_err *err)
+			int dirfd, const char *dir, const char *name,
+			const struct rp_export_opts *opts, struct rp_err *err)
 {
-	char tmp[PATH_MAX];
-	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid()) >= sizeof(tmp))
-		return rp_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
-	int rc, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, session_mode(session_dir));
-	FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
-	if (!out) {
-		rc = -errno;
-		if (fd >= 0)
-			close(fd);
-		return rp_err_set(err, rc, "cannot create %s: %s%s", tmp, strerror(-rc),
-				  rc == -EACCES ? " (write access to its directory is needed)" : "");
+	struct rp_safefs_tmp tmp;
+	int rc = rp_safefs_tmp_open(dirfd, name, session_mode(session_dir), &tmp, dir, err);
+	FILE *out = rc == 0 ? fdopen(tmp.fd, "w") : NULL;
+	if (rc == 0 && !out) {
+		rc = rp_err_set(err, -errno, "cannot write %s/%s: %s", dir, tmp.name, strerror(errno));
+		rp_safefs_tmp_discard(&tmp);
 	}
-	if (f == RP_EXPORT_XPLANE) {
-		/* Its scratch file goes beside the export: that directory is
-		 * writable, where /tmp may not be (ringprofd's unit). */
-		char dir[PATH_MAX];
-		snprintf(dir, sizeof(dir), "%s", tmp);
-		char *slash = strrchr(dir, '/');
-		if (slash)
-			*slash = 0;
-		rc = rp_write_xplane(r, out, slash ? (dir[0] ? dir : "/") : ".", err);
-	} else if (f == RP_EXPORT_PERFETTO)
+	if (rc < 0) {
+		rp_err_prefix(err, "%s export of %s (host %s)", formats[f].name, session_dir,
+			      rp_reader_host(r));
+		return rc;
+	}
+	/* XSpace's scratch file goes beside the export: that directory is
+	 * writable, where /tmp may not be (ringprofd's unit). */
+	if (f == RP_EXPORT_XPLANE)
+		rc = rp_write_xplane(r, out, dir, err);
+	else if (f == RP_EXPORT_PERFETTO)
 		rc = rp_write_perfetto(r, out, opts->perfetto_grouping, err);
 	else
 		rc = formats[f].write(r, out, err);
 	if (rc == 0 && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) < 0))
-		rc = rp_err_set(err, errno ? -errno : -EIO, "cannot write %s: %s%s", tmp,
+		rc = rp_err_set(err, errno ? -errno : -EIO, "cannot write %s/%s: %s%s", dir, name,
 				strerror(errno ? errno : EIO),
 				errno == ENOSPC ? " (free space on its file system, or export elsewhere "
 						  "with -o)" : "");
 	if (fclose(out) != 0 && rc == 0)
-		rc = rp_err_set(err, -errno, "cannot write %s: %s", tmp, strerror(errno));
-	if (rc == 0 && rename(tmp, path) < 0)
-		rc = rp_err_set(err, -errno, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-	if (rc < 0) {
-		unlink(tmp);
+		rc = rp_err_set(err, -errno, "cannot write %s/%s: %s", dir, name, strerror(errno));
+	tmp.fd = -1; /* closed with out */
+	if (rc == 0)
+		rc = rp_safefs_tmp_publish(&tmp, name, dir, err);
+	else
+		rp_safefs_tmp_discard(&tmp);
+	if (rc < 0)
 		rp_err_prefix(err, "%s export of %s (host %s)", formats[f].name, session_dir,
 			      rp_reader_host(r));
-	}
 	return rc;
 }
 
@@ -167,11 +167,23 @@ int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_for
 {
 	if (!opts)
 		opts = &default_opts;
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	/* The directory part, "/" for "/name", "." for a bare name. */
+	if ((size_t)snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path + (slash == path)) : 1,
+			     slash ? path : ".") >= sizeof(dir))
+		return rp_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
 	struct rp_reader *r;
 	int rc = check_opts(f, opts, err);
 	if (rc < 0 || (rc = rp_reader_open(session_dir, manifest, NULL, &r, err)) < 0)
 		return rc;
-	rc = write_format(r, session_dir, f, path, opts, err);
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	rc = dirfd < 0 ? rp_err_set(err, -errno, "cannot open directory %s for %s: %s", dir, path,
+				    strerror(errno))
+		       : write_format(r, session_dir, f, dirfd, dir, slash ? slash + 1 : path, opts,
+				      err);
+	if (dirfd >= 0)
+		close(dirfd);
 	rp_reader_free(r);
 	return rc;
 }
@@ -182,17 +194,25 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 	if (!opts)
 		opts = &default_opts;
 	json_t *all, *m;
-	int rc = rp_session_manifests(session_dir, &all, err), first = 0;
+	int dirfd = opts->beneath ? rp_safefs_open_beneath(opts->beneath, session_dir, 0, err)
+				  : open(session_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return opts->beneath ? dirfd : rp_err_set(err, -errno, "cannot read session "
+							  "directory %s: %s", session_dir,
+							  strerror(errno));
+	int rc = rp_session_manifests_at(dirfd, session_dir, &all, err), first = 0;
 	unsigned failed = 0;
-	if (rc < 0)
+	if (rc < 0) {
+		close(dirfd);
 		return rc;
+	}
 	size_t i, found = 0;
 	json_array_foreach(all, i, m) {
 		const char *h = json_string_value(json_object_get(m, "host"));
 		if (!h || (host && strcmp(h, host) != 0))
 			continue;
 		found++;
-		char name[256], path[PATH_MAX];
+		char name[256], file[300];
 		snprintf(name, sizeof(name), "%s", h);
 		rp_session_file_host(name);
 		/* One reader for every format: the metadata pass, the symbol
@@ -203,9 +223,10 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		for (unsigned f = 0; f < RP_EXPORT_NFORMATS; f++) {
 			if (!(mask & 1u << f))
 				continue;
-			snprintf(path, sizeof(path), "%s/%s%s", session_dir, name, formats[f].suffix);
+			snprintf(file, sizeof(file), "%s%s", name, formats[f].suffix);
 			if (r && (rc = check_opts(f, opts, &ferr)) == 0)
-				rc = write_format(r, session_dir, f, path, opts, &ferr);
+				rc = write_format(r, session_dir, f, dirfd, session_dir, file, opts,
+						  &ferr);
 			failed += rc < 0;
 			if (rc < 0 && first == 0) {
 				first = rc;
@@ -215,6 +236,7 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		rp_reader_free(r);
 	}
 	json_decref(all);
+	close(dirfd);
 	if (failed > 1) {
 		size_t n = strlen(err->msg);
 		snprintf(err->msg + n, sizeof(err->msg) - n, "; %u more exports failed (export them "

@@ -52,6 +52,9 @@ int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
 /* How the formats are written; all zero: the defaults. */
 struct rp_export_opts {
 	enum rp_perfetto_grouping perfetto_grouping;
+	/* Set (the daemon's log directory): rp_export_session reaches the
+	 * session directory from it without following a link. */
+	const char *beneath;
 };
 
 /* One host's part (manifest: an element of rp_session_manifests) of the

@@ -257,8 +257,8 @@ static void test_busy_and_kept_stay(void **state)
 	session_dir(logdir, "r", "kept", dir, sizeof(dir));
 	struct rp_err err = { 0 };
 	assert_false(rp_retention_kept(dir));
-	assert_int_equal(rp_retention_keep(dir, &err), 0);
-	assert_int_equal(rp_retention_keep(dir, &err), 0);
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), 0);
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), 0);
 	assert_true(rp_retention_kept(dir));
 	session_dir(logdir, "r", "starting", dir, sizeof(dir));
 	mkdirs(dir); /* no manifest, no marker yet, just made */
@@ -285,7 +285,7 @@ static void test_busy_and_kept_stay(void **state)
 	assert_true(st.over_quota);
 
 	session_dir(logdir, "r", "gone", dir, sizeof(dir));
-	assert_int_equal(rp_retention_keep(dir, &err), -ENOENT);
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), -ENOENT);
 	assert_non_null(strstr(err.msg, dir));
 	assert_non_null(strstr(err.msg, "check that the session exists"));
 }
@@ -470,6 +470,97 @@ static int group_teardown(void **state)
 	return scratch_remove(base);
 }
 
+/* A FIFO or a huge file under a manifest's name, and a FIFO as KEEP:
+ * the pass neither waits on them nor reads them whole, and they make no
+ * session's manifest. */
+static void test_fifo_and_huge_manifest(void **state)
+{
+	(void)state;
+	char logdir[PATH_LEN], dir[PATH_LEN], path[PATH_LEN + 32];
+	logdir_for("fifos", logdir, sizeof(logdir));
+	finished(logdir, "r", "real", "h1", 2, 4096);
+	finished(logdir, "r", "newest", "h1", 1, 4096);
+	session_dir(logdir, "r", "planted", dir, sizeof(dir));
+	mkdirs(dir);
+	pathf(path, sizeof(path), "%s/x.manifest.json", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	pathf(path, sizeof(path), "%s/big.manifest.json", dir);
+	int fd = open(path, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 200 << 20), 0);
+	close(fd);
+	set_mtime(dir, NULL, now_ns() - 3 * HOUR_NS);
+	session_dir(logdir, "r", "real", dir, sizeof(dir));
+	pathf(path, sizeof(path), "%s/KEEP", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	struct rp_err err = { 0 };
+	/* Already there (a FIFO): marking it kept does not wait either. */
+	assert_int_equal(rp_retention_keep(logdir, dir, &err), 0);
+	struct seen seen;
+	struct rp_retention_stats st;
+	/* The planted one is no manifest: aged by its directory, oldest. */
+	assert_int_equal(enforce(logdir, 0, 1, &seen, &st, &err), 0);
+	assert_int_equal(st.deleted, 1);
+	assert_false(has(logdir, "r", "planted"));
+	assert_true(has(logdir, "r", "real") && has(logdir, "r", "newest"));
+}
+
+/* A daemon of this host that died leaves temporary files, and sessions
+ * with its marker and chunks but no manifest; at start they go, and
+ * nothing of another host does, even one whose name starts the same. */
+static void test_leftovers(void **state)
+{
+	(void)state;
+	char logdir[PATH_LEN], done[PATH_LEN], crashed[PATH_LEN], shared[PATH_LEN],
+		longer[PATH_LEN], path[PATH_LEN + 64];
+	logdir_for("leftovers", logdir, sizeof(logdir));
+	finished(logdir, "r", "done", "vm", 1, 4096);
+	session_dir(logdir, "r", "done", done, sizeof(done));
+	write_file(done, "vm.summary.txt.tmp4242", NULL, 10);
+	write_file(done, ".vm.json.tmp-00112233aabbccdd", NULL, 10);
+	write_file(done, "vm.manifest.json.tmp", NULL, 10);
+	write_file(done, "vm.summary.txt", NULL, 10);
+	write_file(done, "vm.tmp.chunks", NULL, 10);    /* a device named "tmp" */
+	write_file(done, "other.json.tmp77", NULL, 10); /* another host's export */
+	session_dir(logdir, "r", "crashed", crashed, sizeof(crashed));
+	mkdirs(crashed);
+	write_file(crashed, "vm.open", NULL, 0);
+	write_file(crashed, "vm.host.chunks", NULL, 0); /* ENOSPC: empty */
+	session_dir(logdir, "r", "shared", shared, sizeof(shared));
+	mkdirs(shared);
+	write_file(shared, "vm.open", NULL, 0);
+	write_file(shared, "vm.host.chunks", NULL, 10);
+	write_file(shared, "other.open", NULL, 0);
+	write_file(shared, "other.host.chunks", NULL, 10);
+	session_dir(logdir, "r", "longer", longer, sizeof(longer));
+	mkdirs(longer);
+	write_file(longer, "vm.b.open", NULL, 0);
+	write_file(longer, "vm.b.host.chunks", NULL, 10);
+
+	struct rp_retention_opts o = { .logdir = logdir };
+	struct rp_err err = { 0 };
+	assert_int_equal(rp_retention_clean_leftovers(&o, "vm", &err), 7);
+	const char *gone[] = { "done/vm.summary.txt.tmp4242", "done/.vm.json.tmp-00112233aabbccdd",
+			       "done/vm.manifest.json.tmp", "crashed", "shared/vm.open",
+			       "shared/vm.host.chunks" };
+	const char *kept[] = { "done/vm.manifest.json", "done/vm.host.chunks", "done/vm.summary.txt",
+			       "done/vm.tmp.chunks", "done/other.json.tmp77", "shared/other.open",
+			       "shared/other.host.chunks", "longer/vm.b.open",
+			       "longer/vm.b.host.chunks" };
+	for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+		pathf(path, sizeof(path), "%s/r/plugins/profile/%s", logdir, gone[i]);
+		if (exists(path))
+			fail_msg("%s is still there", path);
+	}
+	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
+		pathf(path, sizeof(path), "%s/r/plugins/profile/%s", logdir, kept[i]);
+		if (!exists(path))
+			fail_msg("%s was removed", path);
+	}
+	/* Nothing left: a second start removes nothing. */
+	assert_int_equal(rp_retention_clean_leftovers(&o, "vm", &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -477,6 +568,8 @@ int main(void)
 		cmocka_unit_test(test_quota_by_bytes),
 		cmocka_unit_test(test_busy_and_kept_stay),
 		cmocka_unit_test(test_symlinks_not_followed),
+		cmocka_unit_test(test_fifo_and_huge_manifest),
+		cmocka_unit_test(test_leftovers),
 		cmocka_unit_test(test_errors_reported),
 		cmocka_unit_test(test_mount_inside_not_entered),
 		cmocka_unit_test(test_check_space),

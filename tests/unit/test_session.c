@@ -674,6 +674,74 @@ static int open_error(const char *logdir, struct rp_err *err)
 	return rc;
 }
 
+/* Links planted in the log directory (group-writable in deployments) are
+ * never followed: a run or session directory that is a link is refused,
+ * and in a session joined by name a link at the manifest's, the marker's,
+ * the chunks' or the old temporary names is replaced or refused, never
+ * written through. */
+static void test_planted_links(void **state)
+{
+	(void)state;
+	char logdir[PATH_LEN], target[PATH_LEN], dir[PATH_LEN + 64], link[PATH_LEN + 128];
+	assert_int_equal(scratch_linked_logdir(base, "links", logdir, target, PATH_LEN), 0);
+	struct rp_session_opts o = { .logdir = logdir, .run = "linkrun", .id = "x", .host = HOST,
+				     .kind = RP_SESSION_SNAPSHOT, .start_ns = 1, .end_ns = 2,
+				     .source = "test" };
+	struct rp_session *s = NULL;
+	struct rp_err err = { 0 };
+	assert_int_equal(rp_session_open(&o, &s, &err), -ELOOP);
+	assert_non_null(strstr(err.msg, "linkrun is a symbolic link"));
+	assert_non_null(strstr(err.msg, "remove it"));
+	/* A session directory that is a link. */
+	snprintf(dir, sizeof(dir), "%s/default/plugins/profile", logdir);
+	s = open_session(logdir, "first", RP_SESSION_SNAPSHOT, 1, 2);
+	rp_session_free(s);
+	snprintf(link, sizeof(link), "%s/linked", dir);
+	assert_int_equal(symlink(target, link), 0);
+	o.run = "default";
+	o.id = "linked";
+	assert_int_equal(rp_session_open(&o, &s, &err), -ELOOP);
+	assert_null(s);
+	/* Inside a session joined by name: every name the daemon writes, and
+	 * its old predictable temporary names, links to a file of its own. */
+	snprintf(dir, sizeof(dir), "%s/default/plugins/profile/joined", logdir);
+	assert_int_equal(mkdir(dir, 0750), 0);
+	const char *names[] = { MANIFEST_FILE ".tmp", CHUNKS_FILE, "." MANIFEST_FILE ".tmp" };
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char t[PATH_LEN + 16];
+		snprintf(t, sizeof(t), "%s/t%zu", target, i);
+		FILE *f = fopen(t, "w");
+		assert_non_null(f);
+		fputs("precious", f);
+		fclose(f);
+		snprintf(link, sizeof(link), "%s/%s", dir, names[i]);
+		assert_int_equal(symlink(t, link), 0);
+	}
+	struct ring r;
+	ring_open(&r, "links", 64);
+	feed(&r, 100);
+	s = open_session(logdir, "joined", RP_SESSION_SNAPSHOT, ts_of(0), ts_of(r.next));
+	/* The chunks file's name is taken by a link: refused, not followed. */
+	assert_int_equal(rp_session_add_ring(s, "host", r.rf, &err), -EEXIST);
+	/* The session failed with that; its manifest still lands safely. */
+	assert_int_equal(rp_session_close(s, ts_of(r.next), &err), -EEXIST);
+	rp_session_free(s);
+	json_t *m;
+	assert_int_equal(rp_session_manifests(dir, &m, &err), 0);
+	assert_int_equal(json_array_size(m), 1);
+	json_decref(m);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char t[PATH_LEN + 16], buf[16] = { 0 };
+		snprintf(t, sizeof(t), "%s/t%zu", target, i);
+		FILE *f = fopen(t, "r");
+		assert_non_null(f);
+		assert_int_equal(fread(buf, 1, sizeof(buf), f), 8);
+		fclose(f);
+		assert_string_equal(buf, "precious");
+	}
+	ring_close(&r);
+}
+
 /* A log directory that cannot be written names itself and the fix. */
 static void test_unwritable_logdir(void **state)
 {
@@ -840,6 +908,7 @@ int main(void)
 		cmocka_unit_test(test_id_collision),
 		cmocka_unit_test(test_hosts_share_a_session),
 		cmocka_unit_test(test_ring_that_cannot_join),
+		cmocka_unit_test(test_planted_links),
 		cmocka_unit_test(test_unwritable_logdir),
 		cmocka_unit_test(test_full_disk),
 		cmocka_unit_test(test_chunks_reader_resyncs),
