@@ -7,11 +7,15 @@ invented device names, connections that say nothing."""
 
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import time
+
+import pytest
 
 from daemon_harness import Daemon, dump, finish_producer, producer_hello, start_producer
 
@@ -171,6 +175,55 @@ def test_idle_connections_do_not_keep_real_producers_out(tmp_path):
         for s in idle:
             s.close()
         d.stop()
+
+
+FLOOD = r"""
+import socket, sys
+sys.stdin.readline()
+conns = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[2])
+    conns.append(s)
+print(len(conns))
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root and setpriv to flood as another user")
+def test_another_users_flood_does_not_evict_a_slow_producer():
+    tmp = tempfile.mkdtemp(prefix="ringprof-flood-")
+    os.chmod(tmp, 0o755)  # nobody reaches the socket through its group (gid 0 below)
+    d = Daemon(tmp).start()
+    flood = None
+    try:
+        flood = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=0", "--clear-groups", sys.executable, "-c",
+             FLOOD, "300", d.socket + ".producers"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as mine:
+            mine.settimeout(10)
+            mine.connect(d.socket + ".producers")
+            # 300 connections that say nothing, from uid nobody, before this
+            # (slow) producer says hello: nobody may hold 16 waiting slots, so
+            # the flood only ever evicts its own.
+            flood.stdin.write("go\n")
+            flood.stdin.flush()
+            assert flood.stdout.readline().strip() == "300"
+            mine.send(struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, os.getpid(), 1, 0, b"host", b"slow"))
+            reply, anc, _, _ = mine.recvmsg(264, socket.CMSG_SPACE(4))
+            status = struct.unpack_from("<i", reply, 8)[0]
+            assert status == 0, reply[16:].split(b"\0")[0].decode()
+            for _, _, data in anc:
+                os.close(int.from_bytes(data[:4], "little"))
+    finally:
+        if flood:
+            flood.kill()
+            flood.wait()
+        d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_invented_device_names_get_no_rings(tmp_path):
