@@ -3,8 +3,8 @@
  *
  *   hostile-producer PRODUCER_SOCKET
  *
- * Says hello as device "host", then writes a CPU sample naming pid 1, a
- * counter "future" stamped 2^64-1, a counter "honest" stamped now, and
+ * Says hello as device "host", then writes a CPU sample and a GPU kernel
+ * naming pid 1, a counter "future" stamped 2^64-1, a counter "honest" stamped now, and
  * sets the ring's drop counter to 2^63.  Waits until the daemon drained
  * the ring, then prints {"pid": ..., "tid": ...}. */
 #include <stdint.h>
@@ -36,8 +36,12 @@ int main(int argc, char **argv)
 	uint64_t frames[1] = { 0x401000 };
 	struct rp_event sample = { .kind = RP_EV_CPU_SAMPLE, .ts = rp_shmring_now(ring), .pid = 1,
 				   .tid = hello.tid, .u.sample = { .nframes = 1, .frames = frames } };
+	uint64_t now = rp_shmring_now(ring);
+	struct rp_event kernel = { .kind = RP_EV_GPU_ACTIVITY, .ts = now, .pid = 1, .name = "kernel",
+				   .u.gpu = { .end = now + 1000, .kind = 1 } };
 	void *hdr = mmap(NULL, RP_SHM_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (hdr == MAP_FAILED || !rp_shm_write_event(ring, &sample) ||
+	    !rp_shm_write_event(ring, &kernel) ||
 	    !rp_shm_counter(ring, UINT64_MAX, "future", 1) ||
 	    !rp_shm_counter(ring, rp_shmring_now(ring), "honest", 2)) {
 		fprintf(stderr, "hostile-producer: cannot write the ring\n");

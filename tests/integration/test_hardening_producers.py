@@ -324,6 +324,8 @@ def test_hostile_producer_records_are_clamped_and_counted(tmp_path):
         events = dump(snap["path"])
         samples = [e for e in events if e["kind"] == "cpu_sample" and e["tid"] == me["tid"]]
         assert samples and all(e["pid"] == me["pid"] for e in samples), samples
+        kernels = [e for e in events if e["kind"] == "gpu_activity" and e.get("name") == "kernel"]
+        assert kernels and all(e["pid"] == me["pid"] for e in kernels), kernels
         assert not any(e.get("name") == "future" for e in events)
         assert any(e.get("name") == "honest" and e["pid"] == me["pid"] for e in events)
         assert not any(e["kind"] == "drops" and e.get("count", 0) > 1 << 32 for e in events)
