@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -76,6 +77,7 @@ struct pending {
 struct proc_rings {
 	uint32_t pid;
 	unsigned rings;
+	bool own_tids;   /* its rings' tids are numbered in this pid namespace */
 };
 
 struct rp_rings {
@@ -168,7 +170,8 @@ static struct proc_rings *find_proc(struct rp_rings *r, uint32_t pid)
 
 /* Count a producer ring against the limits of [producers], or say which
  * one it would pass. */
-static int account_ring(struct rp_rings *r, const struct rp_shmring *ring, struct rp_err *err)
+static int account_ring(struct rp_rings *r, const struct rp_shmring *ring, bool own_tid,
+			struct rp_err *err)
 {
 	const struct rp_config *c = r->cfg;
 	uint32_t pid = rp_shmring_pid(ring);
@@ -193,7 +196,7 @@ static int account_ring(struct rp_rings *r, const struct rp_shmring *ring, struc
 	if (rc == 0) {
 		if (!p) {
 			p = &r->procs[r->nprocs++];
-			*p = (struct proc_rings){ .pid = pid };
+			*p = (struct proc_rings){ .pid = pid, .own_tids = own_tid };
 		}
 		p->rings++;
 		r->producer_rings++;
@@ -298,10 +301,25 @@ static int get_device(struct rp_rings *r, const char *name, unsigned max, struct
 	return rc;
 }
 
-static bool pid_gone(uint32_t pid, void *ctx)
+/* A ring goes with its process, or with its thread (libringprof: one ring
+ * per thread, dropped when the thread exits) where its tid is one this
+ * daemon can check: a containerised producer's tid is numbered in its own
+ * pid namespace. */
+static bool producer_gone(const struct rp_shmring *ring, void *ctx)
 {
-	(void)ctx;
-	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+	struct rp_rings *r = ctx;
+	uint32_t pid = rp_shmring_pid(ring), tid = rp_shmring_tid(ring);
+	if (pid == 0)
+		return false;
+	if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+		return true;
+	if (tid == 0 || tid == pid)
+		return false;
+	pthread_mutex_lock(&r->quota_lock);
+	struct proc_rings *p = find_proc(r, pid);
+	bool own_tids = p && p->own_tids;
+	pthread_mutex_unlock(&r->quota_lock);
+	return own_tids && syscall(SYS_tgkill, (pid_t)pid, (pid_t)tid, 0) < 0 && errno == ESRCH;
 }
 
 static void attach_pending(struct rp_rings *r, struct pending *p)
@@ -638,7 +656,7 @@ static void *ingest_main(void *arg)
 				error_logged = now;
 			}
 			if (reap)
-				rp_drain_reap(d->drain, pid_gone, NULL);
+				rp_drain_reap(d->drain, producer_gone, r);
 		}
 		if (reap) {
 			reap_processes(r);
@@ -910,12 +928,12 @@ static void read_comm(uint32_t pid, char *out, size_t len)
 }
 
 int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *ring,
-		    const char *thread_name, struct rp_err *err)
+		    bool own_tid, const char *thread_name, struct rp_err *err)
 {
 	struct device *d = NULL;
 	int rc = check_device_name(r->cfg, device, err);
 	if (rc == 0)
-		rc = account_ring(r, ring, err);
+		rc = account_ring(r, ring, own_tid, err);
 	if (rc == 0 && (rc = get_device(r, device, r->cfg->producer_max_devices, &d, err)) < 0)
 		unaccount_ring(r, ring);
 	struct pending *p = rc == 0 ? calloc(1, sizeof(*p)) : NULL;

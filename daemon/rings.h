@@ -9,6 +9,7 @@
 #define RINGPROF_RINGS_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -64,12 +65,14 @@ void rp_rings_stop(struct rp_rings *r);
 
 /* Hand a producer ring (ownership passes on success only) to the ingest
  * thread, creating the device's ring file first when it is new.
- * thread_name may be "".  Refused, with a message naming the limit and its
+ * thread_name may be "".  own_tid: the ring's tid is numbered in the
+ * daemon's pid namespace, so the ring is reaped when that thread exits
+ * (else when its process does).  Refused, with a message naming the limit and its
  * key: a device not in the table (host, gpuN, tpuN, ncN, [ring.NAME]
  * sections), more than [producers] max_devices device rings, max_rings,
  * max_rings_per_process or max_shm. */
 int rp_rings_attach(struct rp_rings *r, const char *device,
-		    struct rp_shmring *ring, const char *thread_name,
+		    struct rp_shmring *ring, bool own_tid, const char *thread_name,
 		    struct rp_err *err);
 /* Have the ingest thread show every event it takes in, on every device
  * ring, to fn (see rp_drain_set_observer) from its next pass on.  ctx must

@@ -713,12 +713,21 @@ int rp_drain_flush(struct rp_drain *d, struct rp_err *err)
 	return rp_ringfile_sync(d->rf, false, err);
 }
 
-int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx), void *ctx)
+static bool pid_attached(const struct rp_drain *d, uint32_t pid)
+{
+	for (size_t i = 0; i < d->nproducers; i++)
+		if (rp_shmring_pid(d->producers[i].ring) == pid)
+			return true;
+	return false;
+}
+
+int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring, void *ctx),
+		  void *ctx)
 {
 	int reaped = 0;
 	for (size_t i = 0; i < d->nproducers;) {
 		struct producer *p = &d->producers[i];
-		if (!gone(rp_shmring_pid(p->ring), ctx)) {
+		if (!gone(p->ring, ctx)) {
 			i++;
 			continue;
 		}
@@ -727,11 +736,13 @@ int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx), voi
 			i++;
 			continue;
 		}
-		rp_drain_forget(d, rp_shmring_pid(p->ring));
-		if (d->on_detach)
-			d->on_detach(d->detach_ctx, p->ring);
-		rp_shmring_close(p->ring);
+		struct rp_shmring *ring = p->ring;
 		d->producers[i] = d->producers[--d->nproducers];
+		if (!pid_attached(d, rp_shmring_pid(ring)))
+			rp_drain_forget(d, rp_shmring_pid(ring));
+		if (d->on_detach)
+			d->on_detach(d->detach_ctx, ring);
+		rp_shmring_close(ring);
 		reaped++;
 	}
 	return reaped;

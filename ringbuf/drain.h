@@ -50,9 +50,11 @@ void rp_drain_free(struct rp_drain *d);
 
 /* Attach a producer ring; the drain takes ownership. */
 int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring);
-/* Detach (and close) rings whose producer is gone and that are empty;
- * `gone` decides from the ring's pid. Returns how many were detached. */
-int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx),
+/* Detach (and close) rings whose producer is gone, after draining them
+ * one last time; `gone` decides from the ring (its pid, its tid).  The
+ * names and mappings of a process are forgotten with its last ring.
+ * Returns how many were detached. */
+int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring, void *ctx),
 		  void *ctx);
 
 /* Add an event produced inside this process (ts in host ns).  Process

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -149,6 +150,38 @@ def test_total_ring_limit_across_processes(tmp_path):
             time.sleep(0.1)
         assert producers(d)["rings"] == 0
         assert hello_closed(d)[0] == 0
+    finally:
+        d.stop()
+
+
+def test_rings_of_exited_threads_make_room_for_new_threads(tmp_path):
+    """libringprof takes one ring per thread: a process whose threads come
+    and go stays within max_rings_per_process, which counts threads alive."""
+    d = Daemon(tmp_path, config="[producers]\nmax_rings_per_process = 8\n").start()
+    try:
+        for _ in range(3):  # 24 thread lifetimes, 8 threads at a time
+            results, release = [], threading.Event()
+
+            def thread_main():
+                results.append(hello_closed(d))
+                release.wait()
+            threads = [threading.Thread(target=thread_main) for _ in range(8)]
+            for t in threads:
+                t.start()
+            while len(results) < 8:
+                time.sleep(0.01)
+            assert all(s == 0 for s, _ in results), results
+            status, message = hello_closed(d)  # a 9th ring, from this (live) thread
+            assert status < 0 and "max_rings_per_process" in message
+            release.set()
+            for t in threads:
+                t.join()
+            # Reaped within the ingest thread's 1 s reap interval (3 s bound
+            # for a loaded machine).
+            deadline = time.monotonic() + 3
+            while producers(d)["rings"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert producers(d)["rings"] == 0
     finally:
         d.stop()
 

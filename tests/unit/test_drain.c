@@ -213,9 +213,9 @@ static void test_seal_by_age_and_flush(void **state)
 	rmdir(f.dir);
 }
 
-static bool pid_is_gone(uint32_t pid, void *ctx)
+static bool pid_is_gone(const struct rp_shmring *ring, void *ctx)
 {
-	return pid == *(uint32_t *)ctx;
+	return rp_shmring_pid(ring) == *(uint32_t *)ctx;
 }
 
 /* A ring whose producer is gone is drained one last time, then detached. */
@@ -239,6 +239,49 @@ static void test_reap_drains_first(void **state)
 	struct seq_check c = { .tid = 88 };
 	read_window(f->rf, before, rp_clock_now_ns(), check_sequence, &c);
 	assert_true(c.next == 100);
+}
+
+static bool tid_is_gone(const struct rp_shmring *ring, void *ctx)
+{
+	return rp_shmring_tid(ring) == *(uint32_t *)ctx;
+}
+
+struct name_check {
+	uint32_t pid;
+	uint64_t names, counters;
+};
+
+static void count_names(void *ctx, const struct rp_event *ev)
+{
+	struct name_check *c = ctx;
+	c->names += ev->kind == RP_EV_PROCESS_NAME && ev->pid == c->pid;
+	c->counters += ev->kind == RP_EV_COUNTER && ev->pid == c->pid;
+}
+
+/* The ring of a thread that exited goes; its process's name stays for the
+ * rings of its other threads. */
+static void test_reap_one_thread_keeps_its_process(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t pid = 777777, gone_tid = 1, live_tid = 2;
+	struct rp_shmring *gone, *live;
+	assert_int_equal(rp_shmring_create(1 << 16, pid, gone_tid, RP_SHM_CLOCK_MONOTONIC, &gone, NULL), 0);
+	assert_int_equal(rp_shmring_create(1 << 16, pid, live_tid, RP_SHM_CLOCK_MONOTONIC, &live, NULL), 0);
+	assert_int_equal(rp_drain_attach(f->drain, gone), 0);
+	assert_int_equal(rp_drain_attach(f->drain, live), 0);
+	struct rp_event name = { .kind = RP_EV_PROCESS_NAME, .ts = rp_clock_now_ns(), .pid = pid,
+				 .tid = pid, .name = "trainer" };
+	assert_int_equal(rp_drain_add(f->drain, &name, NULL), 0);
+	assert_true(rp_shm_counter(gone, rp_shmring_now(gone), "seq", 0));
+	assert_int_equal(rp_drain_reap(f->drain, tid_is_gone, &gone_tid), 1);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	uint64_t later = rp_clock_now_ns();
+	assert_true(rp_shm_counter(live, rp_shmring_now(live), "seq", 1));
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	struct name_check c = { .pid = pid };
+	read_window(f->rf, later, UINT64_MAX, count_names, &c);
+	assert_int_equal(c.counters, 1);
+	assert_int_equal(c.names, 1);
 }
 
 struct pid_check {
@@ -867,6 +910,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_drops_recorded, setup, teardown),
 		cmocka_unit_test(test_seal_by_age_and_flush),
 		cmocka_unit_test_setup_teardown(test_reap_drains_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reap_one_thread_keeps_its_process, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile_producer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_repeat_in_every_chunk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metadata_only_where_needed, setup, teardown),
