@@ -59,7 +59,8 @@ class Daemon:
                 raise RuntimeError("ringprofd exited: " + open(self.log).read())
             try:
                 status, _ = self.request("GET", "/v1/status")
-                if status == 200:
+                # The producer socket comes up just after the API.
+                if status == 200 and os.path.exists(self.socket + ".producers"):
                     return self
             except OSError:
                 pass
