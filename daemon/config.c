@@ -40,6 +40,11 @@ void rp_config_defaults(struct rp_config *c)
 	c->host_metrics_enabled = true;
 	c->host_metrics_interval_ns = SEC;
 	c->producer_ring_size = MiB;
+	c->producer_max_rings = 4096;
+	c->producer_max_rings_per_process = 1024;
+	c->producer_max_shm = 4096 * MiB;
+	c->producer_max_devices = 16;
+	c->producer_device_index_max = 31;
 	snprintf(c->default_run, sizeof(c->default_run), "default");
 	c->default_last_ns = 30 * SEC;
 	c->max_duration_ns = 3600 * SEC;
@@ -230,13 +235,48 @@ static int set_ring_size(struct rp_config *c, struct rp_ring_config *r, const ch
 {
 	(void)r;
 	uint64_t s = 0;
-	int rc = size_in(v, 64 * KiB, 256 * MiB, &s, err);
+	int rc = size_in(v, 64 * KiB, RP_PRODUCER_RING_MAX, &s, err);
 	if (rc)
 		return rc;
 	if (s & (s - 1)) /* producers index the ring with a mask */
 		return rp_err_set(err, -EINVAL, "'%s' is not a power of two, e.g. 1MiB or 4MiB", v);
 	c->producer_ring_size = (uint32_t)s;
 	return 0;
+}
+
+static int set_max_rings(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			 struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 1u << 20, &c->producer_max_rings, err);
+}
+
+static int set_max_rings_per_process(struct rp_config *c, struct rp_ring_config *r,
+				     const char *v, struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 1u << 20, &c->producer_max_rings_per_process, err);
+}
+
+static int set_max_shm(struct rp_config *c, struct rp_ring_config *r, const char *v,
+		       struct rp_err *err)
+{
+	(void)r;
+	return size_in(v, MiB, UINT64_MAX, &c->producer_max_shm, err);
+}
+
+static int set_max_devices(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			   struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, RP_MAX_DEVICES, &c->producer_max_devices, err);
+}
+
+static int set_device_index_max(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 0, 1023, &c->producer_device_index_max, err);
 }
 
 /* Empty: the system's host name.  A name, as it goes into file names. */
@@ -570,7 +610,10 @@ static const struct section_def {
 	{"api", KEYS({"tcp_listen", set_tcp_listen}, {"token_file", set_token_file})},
 	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
-	{"producers", KEYS({"ring_size", set_ring_size})},
+	{"producers", KEYS({"ring_size", set_ring_size}, {"max_rings", set_max_rings},
+			   {"max_rings_per_process", set_max_rings_per_process},
+			   {"max_shm", set_max_shm}, {"max_devices", set_max_devices},
+			   {"device_index_max", set_device_index_max})},
 	{"sampler", KEYS({"enabled", set_sampler_enabled}, {"frequency", set_sampler_frequency},
 			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup},
 			 {"pids", set_sampler_pids})},
@@ -986,6 +1029,11 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	}
 	fprintf(out, "\n[producers]\n");
 	print_size(out, "ring_size", c->producer_ring_size);
+	fprintf(out, "max_rings = %u\nmax_rings_per_process = %u\n", c->producer_max_rings,
+		c->producer_max_rings_per_process);
+	print_size(out, "max_shm", c->producer_max_shm);
+	fprintf(out, "max_devices = %u\ndevice_index_max = %u\n", c->producer_max_devices,
+		c->producer_device_index_max);
 	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\n",
 		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth);
 	print_string(out, "cgroup", c->sampler_cgroup);

@@ -13,6 +13,10 @@
 #include "err.h"
 
 #define RP_CONFIG_MAX_RINGS 32
+/* The largest producer ring: [producers] ring_size and a hello's ring size. */
+#define RP_PRODUCER_RING_MAX (256u << 20)
+/* Device rings the daemon keeps at most ([producers] max_devices). */
+#define RP_MAX_DEVICES 64
 #define RP_CONFIG_MAX_RULES 32
 /* Samples per second per CPU: [sampler] frequency, a session's cpu_sample_hz. */
 #define RP_CPU_SAMPLE_HZ_MAX 10000
@@ -71,6 +75,11 @@ struct rp_config {
 	unsigned nrings;
 	/* [producers] */
 	uint32_t producer_ring_size; /* bytes of each per-thread ring, power of 2 */
+	unsigned producer_max_rings;             /* attached at once, all producers */
+	unsigned producer_max_rings_per_process; /* attached at once, one process */
+	uint64_t producer_max_shm;               /* bytes of all producer rings */
+	unsigned producer_max_devices;           /* device rings, host included */
+	unsigned producer_device_index_max;      /* N of gpuN, tpuN, ncN */
 	/* [sampler]: the eBPF CPU sampler */
 	enum rp_sampler_mode {
 		RP_SAMPLER_AUTO = 0, /* start it when possible, else run without it */

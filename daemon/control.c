@@ -907,7 +907,12 @@ static json_t *ring_json(const struct rp_ring_info *i)
 {
 	const struct rp_ringfile_stats *f = &i->file;
 	uint64_t capacity = (uint64_t)f->slot_count * f->slot_size;
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:b}",
+	json_t *corrupt = json_array();
+	for (unsigned k = 0; k < i->ncorrupt; k++)
+		json_array_append_new(corrupt, json_pack("{s:I, s:I, s:I}",
+			"pid", (json_int_t)i->corrupt[k].pid, "tid", (json_int_t)i->corrupt[k].tid,
+			"corrupt_records", (json_int_t)i->corrupt[k].corrupt));
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:b, s:I, s:o}",
 			 "device", i->device, "path", i->path,
 			 "budget_bytes", (json_int_t)i->budget_bytes,
 			 "slot_size", (json_int_t)f->slot_size, "slots", (json_int_t)f->slot_count,
@@ -917,7 +922,9 @@ static json_t *ring_json(const struct rp_ring_info *i)
 			 "horizon_s", f->chunks ? (double)(f->last_ts - f->first_ts) / 1e9 : 0.0,
 			 "first_ns", (json_int_t)f->first_ts, "last_ns", (json_int_t)f->last_ts,
 			 "dropped", (json_int_t)i->drain.producer_drops,
-			 "producers", (json_int_t)i->drain.producers, "direct_io", f->direct_io);
+			 "producers", (json_int_t)i->drain.producers, "direct_io", f->direct_io,
+			 "corrupt_records", (json_int_t)i->drain.corrupt_records,
+			 "corrupt_producers", corrupt);
 }
 
 static int op_status(void *ctx, json_t **out, struct rp_err *err)
@@ -943,14 +950,21 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 	for (struct open_session *o = c->open; o; o = o->next)
 		json_array_append_new(open, json_string(rp_session_name(o->s)));
 	pthread_mutex_unlock(&c->lock);
+	struct rp_producer_stats ps;
+	rp_rings_producer_stats(c->rings, &ps);
+	json_t *producers = json_pack("{s:I, s:I, s:I, s:I}", "rings", (json_int_t)ps.rings,
+				      "shm_bytes", (json_int_t)ps.shm_bytes,
+				      "refused", (json_int_t)ps.refused,
+				      "quarantined_ring_files", (json_int_t)ps.quarantined);
 	uint64_t now = rp_clock_now_ns();
-	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:o, s:o, s:o}",
+	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:o, s:o, s:o, s:o}",
 			 "version", VERSION, "pid", (int)getpid(), "host", c->host,
 			 "uptime_s", (double)(now - c->started_ns) / 1e9,
 			 "clock", "CLOCK_MONOTONIC", "now_ns", (json_int_t)now,
 			 "wall_offset_ns", (json_int_t)rp_clock_wall_offset_ns(),
 			 "state_dir", c->cfg->state_dir, "logdir", c->cfg->logdir,
-			 "rings", rings, "collectors", collectors, "open_sessions", open);
+			 "rings", rings, "collectors", collectors, "open_sessions", open,
+			 "producers", producers);
 	return *out ? 0 : -ENOMEM;
 }
 
@@ -1007,6 +1021,7 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 		{ "ringprof_ring_dropped_events_total", "counter", "Events producers dropped because their ring was full." },
 		{ "ringprof_ring_ingested_events_total", "counter", "Events taken into the ring since the daemon started." },
 		{ "ringprof_producers", "gauge", "Producer rings attached to the device ring." },
+		{ "ringprof_ring_corrupt_records_total", "counter", "Producer records discarded as impossible." },
 	};
 	struct rp_ring_info info[RP_MAX_DEVICES];
 	unsigned n = 0;
@@ -1022,11 +1037,12 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 				s->chunks ? (double)(s->last_ts - s->first_ts) / 1e9 : 0,
 				(double)s->events, (double)s->bytes_used, (double)info[i].budget_bytes,
 				(double)info[i].drain.producer_drops, (double)info[i].drain.events,
-				(double)info[i].drain.producers,
+				(double)info[i].drain.producers, (double)info[i].drain.corrupt_records,
 			};
 			fprintf(f, "%s{device=\"%s\"} %.9g\n", ring_metrics[m].name, info[i].device, v[m]);
 		}
 	}
+	rp_rings_producer_metrics(c->rings, f);
 	fprintf(f, "# HELP ringprof_collector_events_total Events a collector handed to its ring.\n"
 		   "# TYPE ringprof_collector_events_total counter\n");
 	struct rp_collector_info col;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,23 @@
 #include "paths.h"
 #include "shmring.h"
 
+/* Connections waiting for their hello.  A peer that connects and says
+ * nothing holds a slot until HELLO_DEADLINE_NS; when every slot is taken,
+ * or its uid holds MAX_PENDING_PER_UID, a new connection takes the slot of
+ * the oldest (of that uid): idle peers cannot keep real producers, which
+ * send their hello at once, out. */
+#define MAX_PENDING 64
+#define MAX_PENDING_PER_UID 16
+#define HELLO_DEADLINE_NS (2 * 1000000000ull)
+/* Connections accepted per round, so that hellos waiting are served too. */
+#define ACCEPT_BATCH 32
+
+struct conn {
+	int fd;
+	uid_t uid;
+	uint64_t deadline_ns;
+};
+
 struct rp_producers {
 	const struct rp_config *cfg;
 	struct rp_rings *rings;
@@ -25,64 +43,141 @@ struct rp_producers {
 	int stop_pipe[2];
 	enum rp_shm_clock clock;
 	pthread_t thread;
+	struct conn conns[MAX_PENDING]; /* oldest first; the thread's alone */
+	unsigned nconns;
 };
 
-static void serve_one(struct rp_producers *p, int conn)
+/* Answer the hello waiting on conn.  -EAGAIN: none yet. */
+static int serve_one(struct rp_producers *p, int conn)
 {
-	/* A producer that connects and says nothing must not hold up the
-	 * others for long. */
-	struct timeval tv = { .tv_sec = 1 };
-	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	struct rp_hello hello;
 	struct ucred peer;
 	struct rp_err err = { 0 };
 	int rc = rp_hello_receive(conn, &hello, &peer, &err);
+	if (rc == -EAGAIN)
+		return rc;
+	if (rc == 0 && hello.ring_size > RP_PRODUCER_RING_MAX)
+		rc = rp_err_set(&err, -EFBIG, "the hello asks for a %u MiB ring; a producer "
+				"ring is at most %u MiB (the bound of [producers] ring_size): ask "
+				"for less, or 0 for the daemon's default",
+				hello.ring_size >> 20, RP_PRODUCER_RING_MAX >> 20);
 	if (rc < 0) {
-		rp_hello_reply(conn, rc, err.msg, -1);
-		return;
+		(void)rp_hello_reply(conn, rc, err.msg, -1);
+		return rc;
 	}
 	uint32_t size = hello.ring_size ? hello.ring_size : p->cfg->producer_ring_size;
 	struct rp_shmring *ring;
 	/* The pid as this daemon sees it: a containerised producer knows its own
 	 * namespace's pid, which would mislabel its events and break reaping. */
 	rc = rp_shmring_create(size, (uint32_t)peer.pid, hello.tid, p->clock, &ring, &err);
-	if (rc == 0) {
-		/* Attach before replying, so a producer never writes into a ring
-		 * nobody drains.  Should the reply fail, the ring stays attached
-		 * and is reaped with the producer's process. */
-		int dupfd = dup(rp_shmring_fd(ring));
-		rc = rp_rings_attach(p->rings, hello.device, ring, hello.thread_name, &err);
-		if (rc == 0) {
-			rp_hello_reply(conn, 0, "ok", dupfd);
-		} else {
-			rp_shmring_close(ring);
-			rp_hello_reply(conn, rc, err.msg, -1);
-		}
-		if (dupfd >= 0)
-			close(dupfd);
-		return;
+	if (rc < 0) {
+		(void)rp_hello_reply(conn, rc, err.msg, -1);
+		return rc;
 	}
-	rp_hello_reply(conn, rc, err.msg, -1);
+	/* Attach before replying, so a producer never writes into a ring
+	 * nobody drains.  Should the reply fail, the ring stays attached and
+	 * is reaped with the producer's process.  The daemon keeps the ring's
+	 * mapping, not its fd: rings cost no fds. */
+	int fd = rp_shmring_take_fd(ring);
+	/* A pid the producer sees as the daemon does: so are its tids. */
+	bool own_tid = hello.pid == (uint32_t)peer.pid;
+	rc = rp_rings_attach(p->rings, hello.device, ring, own_tid, hello.thread_name, &err);
+	if (rc == 0) {
+		(void)rp_hello_reply(conn, 0, "ok", fd);
+	} else {
+		rp_shmring_close(ring);
+		(void)rp_hello_reply(conn, rc, err.msg, -1);
+	}
+	close(fd);
+	return rc;
+}
+
+static void drop_conn(struct rp_producers *p, unsigned i)
+{
+	close(p->conns[i].fd);
+	memmove(&p->conns[i], &p->conns[i + 1], (p->nconns - i - 1) * sizeof(p->conns[0]));
+	p->nconns--;
+}
+
+/* The slot a new connection of uid takes: a free one, or the oldest
+ * connection's (of uid, when uid holds its share), told why first. */
+static void make_room(struct rp_producers *p, uid_t uid)
+{
+	unsigned mine = 0, oldest_mine = 0;
+	for (unsigned i = p->nconns; i-- > 0;)
+		if (p->conns[i].uid == uid) {
+			mine++;
+			oldest_mine = i;
+		}
+	unsigned victim;
+	if (mine >= MAX_PENDING_PER_UID)
+		victim = oldest_mine;
+	else if (p->nconns == MAX_PENDING)
+		victim = 0;
+	else
+		return;
+	(void)rp_hello_reply(p->conns[victim].fd, -EBUSY, "too many connections wait for "
+			     "their hello: send the hello right after connecting", -1);
+	drop_conn(p, victim);
+}
+
+static void accept_conns(struct rp_producers *p)
+{
+	for (int n = 0; n < ACCEPT_BATCH; n++) {
+		int fd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			return;
+		struct ucred cred;
+		socklen_t len = sizeof(cred);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+			close(fd);
+			continue;
+		}
+		make_room(p, cred.uid);
+		p->conns[p->nconns++] = (struct conn){
+			.fd = fd, .uid = cred.uid,
+			.deadline_ns = rp_clock_now_ns() + HELLO_DEADLINE_NS,
+		};
+	}
 }
 
 static void *accept_main(void *arg)
 {
 	struct rp_producers *p = arg;
+	struct pollfd fds[2 + MAX_PENDING];
 	for (;;) {
-		struct pollfd fds[2] = { { p->listen_fd, POLLIN, 0 }, { p->stop_pipe[0], POLLIN, 0 } };
-		if (poll(fds, 2, -1) < 0) {
+		uint64_t now = rp_clock_now_ns();
+		int timeout_ms = -1;
+		fds[0] = (struct pollfd){ p->listen_fd, POLLIN, 0 };
+		fds[1] = (struct pollfd){ p->stop_pipe[0], POLLIN, 0 };
+		for (unsigned i = 0; i < p->nconns; i++) {
+			fds[2 + i] = (struct pollfd){ p->conns[i].fd, POLLIN, 0 };
+			uint64_t left = p->conns[i].deadline_ns > now ? p->conns[i].deadline_ns - now : 0;
+			int ms = (int)((left + 999999) / 1000000);
+			if (timeout_ms < 0 || ms < timeout_ms)
+				timeout_ms = ms;
+		}
+		unsigned polled = p->nconns;
+		if (poll(fds, 2 + polled, timeout_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
 		if (fds[1].revents)
 			break;
-		int conn = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (conn < 0)
-			continue;
-		serve_one(p, conn);
-		close(conn);
+		now = rp_clock_now_ns();
+		/* Backwards, so that dropping one leaves the rest in place. */
+		for (unsigned i = polled; i-- > 0;) {
+			bool ready = fds[2 + i].revents != 0;
+			if ((ready && serve_one(p, p->conns[i].fd) != -EAGAIN) ||
+			    now >= p->conns[i].deadline_ns)
+				drop_conn(p, i);
+		}
+		if (fds[0].revents)
+			accept_conns(p);
 	}
+	for (unsigned i = p->nconns; i-- > 0;)
+		drop_conn(p, i);
 	return NULL;
 }
 
@@ -103,7 +198,7 @@ int rp_producers_start(const struct rp_config *cfg, struct rp_rings *rings,
 		return -ENAMETOOLONG;
 	}
 	strcpy(addr.sun_path, p->path);
-	p->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	p->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (p->listen_fd < 0 || pipe2(p->stop_pipe, O_CLOEXEC) < 0) {
 		int e = errno;
 		free(p);
@@ -115,7 +210,7 @@ int rp_producers_start(const struct rp_config *cfg, struct rp_rings *rings,
 	mode_t old = umask(0117);
 	int rc = bind(p->listen_fd, (struct sockaddr *)&addr, sizeof(addr));
 	umask(old);
-	if (rc < 0 || listen(p->listen_fd, 64) < 0) {
+	if (rc < 0 || listen(p->listen_fd, 128) < 0) {
 		int e = errno;
 		close(p->listen_fd);
 		close(p->stop_pipe[0]);

@@ -1,6 +1,8 @@
 /* The producer socket: workload threads (libringprof, device shims) ask
  * for a shared-memory ring here and get its memfd back (docs/api.md,
- * "Producer socket").  One thread accepts and answers requests. */
+ * "Producer socket").  One thread serves every connection, non-blocking:
+ * a peer that connects and says nothing holds one of a bounded number of
+ * slots (in total and per uid) for 2 s at most, and never delays others. */
 #ifndef RINGPROF_PRODUCERS_H
 #define RINGPROF_PRODUCERS_H
 

@@ -1,6 +1,7 @@
 #include "rings.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -58,6 +61,8 @@ struct device {
 	struct rp_drain *drain;          /* ingest thread only */
 	pthread_mutex_t stats_lock;
 	struct rp_drain_stats stats;     /* published by the ingest thread */
+	struct rp_drain_producer_stats corrupt[RP_RING_CORRUPT_SHOWN]; /* likewise */
+	unsigned ncorrupt;
 };
 
 struct pending {
@@ -68,8 +73,22 @@ struct pending {
 	char process_name[64];
 };
 
+/* Producer rings attached now, by process, for the limits of [producers]. */
+struct proc_rings {
+	uint32_t pid;
+	unsigned rings;
+	bool own_tids;   /* its rings' tids are numbered in this pid namespace */
+};
+
 struct rp_rings {
 	const struct rp_config *cfg;
+	pthread_mutex_t quota_lock;      /* guards the producer accounting */
+	struct proc_rings *procs;        /* producer_max_rings entries at most */
+	unsigned nprocs;
+	unsigned producer_rings;
+	uint64_t producer_shm_bytes;
+	uint64_t refused;                /* attaches refused: a limit, a device name */
+	unsigned quarantined;            /* ring files set aside at start */
 #ifdef RINGPROF_HAVE_SAMPLER
 	struct rp_sampler *sampler;      /* ingest thread only, once started */
 	uint64_t sampler_lost_seen;
@@ -101,6 +120,110 @@ struct rp_rings {
 	void *observer_ctx;
 };
 
+/* Device names producers may have rings for: squatted names would
+ * preallocate ring files that persist.  "host", a kind with an index up to
+ * [producers] device_index_max, or a name with a [ring.NAME] section. */
+static const char *const indexed_kinds[] = { "gpu", "tpu", "nc" };
+#define DEVICE_NAMES_HELP "host, gpuN, tpuN or ncN"
+
+static bool device_allowed(const struct rp_config *cfg, const char *name)
+{
+	if (!strcmp(name, "host"))
+		return true;
+	for (unsigned i = 0; i < cfg->nrings; i++)
+		if (!strcmp(cfg->rings[i].device, name))
+			return true;
+	for (size_t k = 0; k < sizeof(indexed_kinds) / sizeof(indexed_kinds[0]); k++) {
+		size_t n = strlen(indexed_kinds[k]);
+		const char *digits = name + n;
+		size_t ndigits = strspn(digits, "0123456789");
+		if (strncmp(name, indexed_kinds[k], n) || !ndigits || digits[ndigits] ||
+		    ndigits > 4 || (digits[0] == '0' && ndigits > 1))
+			continue;
+		return strtoul(digits, NULL, 10) <= cfg->producer_device_index_max;
+	}
+	return false;
+}
+
+static int check_device_name(const struct rp_config *cfg, const char *name, struct rp_err *err)
+{
+	if (device_allowed(cfg, name))
+		return 0;
+	return rp_err_set(err, -EPERM, "device '%s' is not one ringprofd keeps a ring for: "
+			  "use " DEVICE_NAMES_HELP " (N up to [producers] device_index_max = %u), "
+			  "or give it a [ring.%s] section in the configuration",
+			  name, cfg->producer_device_index_max, name);
+}
+
+static uint64_t ring_bytes(const struct rp_shmring *ring)
+{
+	return RP_SHM_HDR_SIZE + rp_shmring_capacity(ring);
+}
+
+static struct proc_rings *find_proc(struct rp_rings *r, uint32_t pid)
+{
+	for (unsigned i = 0; i < r->nprocs; i++)
+		if (r->procs[i].pid == pid)
+			return &r->procs[i];
+	return NULL;
+}
+
+/* Count a producer ring against the limits of [producers], or say which
+ * one it would pass. */
+static int account_ring(struct rp_rings *r, const struct rp_shmring *ring, bool own_tid,
+			struct rp_err *err)
+{
+	const struct rp_config *c = r->cfg;
+	uint32_t pid = rp_shmring_pid(ring);
+	uint64_t bytes = ring_bytes(ring);
+	int rc = 0;
+	pthread_mutex_lock(&r->quota_lock);
+	struct proc_rings *p = find_proc(r, pid);
+	if (r->producer_rings >= c->producer_max_rings)
+		rc = rp_err_set(err, -EMFILE, "ringprofd holds %u producer rings, the most "
+				"[producers] max_rings allows; retry when producers exit",
+				r->producer_rings);
+	else if (p && p->rings >= c->producer_max_rings_per_process)
+		rc = rp_err_set(err, -EMFILE, "process %u holds %u producer rings (one per "
+				"thread), the most [producers] max_rings_per_process allows",
+				pid, p->rings);
+	else if (bytes > c->producer_max_shm - r->producer_shm_bytes)
+		rc = rp_err_set(err, -ENOMEM, "producer rings hold %llu MiB of shared memory; "
+				"%llu MiB more would pass [producers] max_shm = %llu MiB",
+				(unsigned long long)(r->producer_shm_bytes >> 20),
+				(unsigned long long)(bytes >> 20),
+				(unsigned long long)(c->producer_max_shm >> 20));
+	if (rc == 0) {
+		if (!p) {
+			p = &r->procs[r->nprocs++];
+			*p = (struct proc_rings){ .pid = pid, .own_tids = own_tid };
+		}
+		p->rings++;
+		r->producer_rings++;
+		r->producer_shm_bytes += bytes;
+	}
+	pthread_mutex_unlock(&r->quota_lock);
+	return rc;
+}
+
+static void unaccount_ring(struct rp_rings *r, const struct rp_shmring *ring)
+{
+	pthread_mutex_lock(&r->quota_lock);
+	struct proc_rings *p = find_proc(r, rp_shmring_pid(ring));
+	if (p) {
+		if (--p->rings == 0)
+			*p = r->procs[--r->nprocs];
+		r->producer_rings--;
+		r->producer_shm_bytes -= ring_bytes(ring);
+	}
+	pthread_mutex_unlock(&r->quota_lock);
+}
+
+static void ring_detached(void *ctx, const struct rp_shmring *ring)
+{
+	unaccount_ring(ctx, ring);
+}
+
 static int open_device(struct rp_rings *r, const char *name, struct device **out,
 		       struct rp_err *err)
 {
@@ -127,7 +250,8 @@ static int open_device(struct rp_rings *r, const char *name, struct device **out
 		free(d);
 		return rc;
 	}
-	struct rp_drain_opts dopts = { .seal_interval_ns = r->cfg->seal_interval_ns };
+	struct rp_drain_opts dopts = { .seal_interval_ns = r->cfg->seal_interval_ns,
+				       .on_detach = ring_detached, .detach_ctx = r };
 	rc = rp_drain_new(d->rf, &dopts, &d->drain, err);
 	if (rc < 0) {
 		rp_ringfile_close(d->rf);
@@ -148,8 +272,10 @@ static struct device *find_device(struct rp_rings *r, const char *name)
 	return NULL;
 }
 
-/* Find or create the device; creation is published only once complete. */
-static int get_device(struct rp_rings *r, const char *name, struct device **out,
+/* Find or create the device; creation is published only once complete.
+ * max: how many devices there may be with it (a producer's may not pass
+ * [producers] max_devices). */
+static int get_device(struct rp_rings *r, const char *name, unsigned max, struct device **out,
 		      struct rp_err *err)
 {
 	int rc = rp_check_name(name, 63, "device name", err);
@@ -160,9 +286,9 @@ static int get_device(struct rp_rings *r, const char *name, struct device **out,
 	rc = 0;
 	if (!d) {
 		unsigned n = atomic_load(&r->ndevices);
-		if (n == RP_MAX_DEVICES)
-			rc = rp_err_set(err, -ENOSPC, "too many device rings (%d): cannot add '%s'",
-					RP_MAX_DEVICES, name);
+		if (n >= max)
+			rc = rp_err_set(err, -ENOSPC, "too many device rings (%u): cannot add '%s'; "
+					"raise [producers] max_devices", n, name);
 		else if ((rc = open_device(r, name, &d, err)) == 0) {
 			r->devices[n] = d;
 			atomic_store_explicit(&r->ndevices, n + 1, memory_order_release);
@@ -175,13 +301,28 @@ static int get_device(struct rp_rings *r, const char *name, struct device **out,
 	return rc;
 }
 
-static bool pid_gone(uint32_t pid, void *ctx)
+/* A ring goes with its process, or with its thread (libringprof: one ring
+ * per thread, dropped when the thread exits) where its tid is one this
+ * daemon can check: a containerised producer's tid is numbered in its own
+ * pid namespace. */
+static bool producer_gone(const struct rp_shmring *ring, void *ctx)
 {
-	(void)ctx;
-	return pid != 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+	struct rp_rings *r = ctx;
+	uint32_t pid = rp_shmring_pid(ring), tid = rp_shmring_tid(ring);
+	if (pid == 0)
+		return false;
+	if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+		return true;
+	if (tid == 0 || tid == pid)
+		return false;
+	pthread_mutex_lock(&r->quota_lock);
+	struct proc_rings *p = find_proc(r, pid);
+	bool own_tids = p && p->own_tids;
+	pthread_mutex_unlock(&r->quota_lock);
+	return own_tids && syscall(SYS_tgkill, (pid_t)pid, (pid_t)tid, 0) < 0 && errno == ESRCH;
 }
 
-static void attach_pending(struct pending *p)
+static void attach_pending(struct rp_rings *r, struct pending *p)
 {
 	uint64_t now = rp_clock_now_ns();
 	uint32_t pid = rp_shmring_pid(p->ring), tid = rp_shmring_tid(p->ring);
@@ -195,8 +336,10 @@ static void attach_pending(struct pending *p)
 				       .tid = tid, .name = p->thread_name };
 		rp_drain_add(p->dev->drain, &ev, NULL);
 	}
-	if (rp_drain_attach(p->dev->drain, p->ring) < 0)
+	if (rp_drain_attach(p->dev->drain, p->ring) < 0) {
+		unaccount_ring(r, p->ring);
 		rp_shmring_close(p->ring);
+	}
 }
 
 static int flush_all(struct rp_rings *r, unsigned n)
@@ -448,6 +591,26 @@ static uint64_t next_wait(const struct rp_rings *r, uint64_t wait_ns, bool busy)
 	return wait_ns;
 }
 
+/* The drain's stats for other threads, with the first producers that
+ * wrote corrupt records. */
+static void publish_stats(struct device *d)
+{
+	struct rp_drain_producer_stats batch[64], corrupt[RP_RING_CORRUPT_SHOWN];
+	unsigned ncorrupt = 0;
+	struct rp_drain_stats st;
+	rp_drain_stats(d->drain, &st);
+	for (size_t from = 0, n; st.corrupt_records && ncorrupt < RP_RING_CORRUPT_SHOWN &&
+	     (n = rp_drain_producers(d->drain, from, batch, 64)) > 0; from += n)
+		for (size_t i = 0; i < n && ncorrupt < RP_RING_CORRUPT_SHOWN; i++)
+			if (batch[i].corrupt)
+				corrupt[ncorrupt++] = batch[i];
+	pthread_mutex_lock(&d->stats_lock);
+	d->stats = st;
+	memcpy(d->corrupt, corrupt, ncorrupt * sizeof(corrupt[0]));
+	d->ncorrupt = ncorrupt;
+	pthread_mutex_unlock(&d->stats_lock);
+}
+
 static void *ingest_main(void *arg)
 {
 	struct rp_rings *r = arg;
@@ -469,7 +632,7 @@ static void *ingest_main(void *arg)
 
 		while (pending) {
 			struct pending *next = pending->next;
-			attach_pending(pending);
+			attach_pending(r, pending);
 			free(pending);
 			pending = next;
 		}
@@ -493,7 +656,7 @@ static void *ingest_main(void *arg)
 				error_logged = now;
 			}
 			if (reap)
-				rp_drain_reap(d->drain, pid_gone, NULL);
+				rp_drain_reap(d->drain, producer_gone, r);
 		}
 		if (reap) {
 			reap_processes(r);
@@ -504,9 +667,7 @@ static void *ingest_main(void *arg)
 			flush_status = flush_all(r, n);
 		for (unsigned i = 0; i < n; i++) {
 			struct device *d = r->devices[i];
-			pthread_mutex_lock(&d->stats_lock);
-			rp_drain_stats(d->drain, &d->stats);
-			pthread_mutex_unlock(&d->stats_lock);
+			publish_stats(d);
 		}
 
 		pthread_mutex_lock(&r->lock);
@@ -541,21 +702,104 @@ static bool is_ring_file(const char *name, char *device, size_t len)
 	return rp_check_name(device, 63, "device name", NULL) == 0;
 }
 
-/* Reopen the rings of an earlier run so their history stays available. */
+/* Errors of the host rather than of a ring file: the file is left as it
+ * is (another ringprofd holds it, the disk is full, ...). */
+static bool host_error(int rc)
+{
+	switch (-rc) {
+	case EBUSY: case EACCES: case EPERM: case EROFS: case ENOSPC: case EDQUOT:
+	case ENOMEM: case EMFILE: case ENFILE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Set a bad ring file aside as "<file>.bad-<unix time>[-N]" (the link
+ * itself, for a link), so that the daemon starts with a fresh ring and the
+ * file stays for a post-mortem. */
+static void quarantine(struct rp_rings *r, int dirfd, const char *file, const struct rp_err *why)
+{
+	char aside[NAME_MAX + 1];
+	long now = (long)time(NULL);
+	int rc = -1;
+	for (int n = 0; n < 100 && rc < 0; n++) {
+		int len = n ? snprintf(aside, sizeof(aside), "%s.bad-%ld-%d", file, now, n)
+			    : snprintf(aside, sizeof(aside), "%s.bad-%ld", file, now);
+		if (len < 0 || (size_t)len >= sizeof(aside))
+			break;
+		rc = renameat2(dirfd, file, dirfd, aside, RENAME_NOREPLACE);
+		if (rc < 0 && errno != EEXIST)
+			break;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "ringprofd: %s/%s: %s; cannot set it aside: %s\n",
+			r->cfg->state_dir, file, why->msg, strerror(errno));
+		return;
+	}
+	fprintf(stderr, "ringprofd: %s; set aside as %s/%s\n", why->msg,
+		r->cfg->state_dir, aside);
+	pthread_mutex_lock(&r->quota_lock);
+	r->quarantined++;
+	pthread_mutex_unlock(&r->quota_lock);
+}
+
+/* Reopen the ring of an earlier run in file so its history stays
+ * available.  One bad file must not stop the daemon: a file that is not a
+ * ring of an allowed device, or that cannot be opened as one, is set aside
+ * (then an allowed device starts a fresh ring). */
+static void recover_ring(struct rp_rings *r, int dirfd, const char *file)
+{
+	char device[64];
+	if (!is_ring_file(file, device, sizeof(device)))
+		return;
+	struct rp_err err = { 0 };
+	struct device *d;
+	bool allowed = device_allowed(r->cfg, device);
+	int rc = allowed ? get_device(r, device, RP_MAX_DEVICES, &d, &err)
+			 : rp_err_set(&err, -EPERM, "%s/%s is not the ring of a device ringprofd "
+				      "keeps (" DEVICE_NAMES_HELP ", [ring.NAME] sections)",
+				      r->cfg->state_dir, file);
+	if (rc == 0)
+		return;
+	if (allowed && host_error(rc)) {
+		fprintf(stderr, "ringprofd: ring %s: %s\n", device, err.msg);
+		return;
+	}
+	quarantine(r, dirfd, file, &err);
+	if (allowed && get_device(r, device, RP_MAX_DEVICES, &d, &err) < 0)
+		fprintf(stderr, "ringprofd: ring %s: %s\n", device, err.msg);
+}
+
 static int recover_rings(struct rp_rings *r, struct rp_err *err)
 {
 	DIR *dir = opendir(r->cfg->state_dir);
 	if (!dir)
 		return rp_err_set(err, -errno, "cannot read state directory %s: %s",
 				  r->cfg->state_dir, strerror(errno));
+	/* Names first: quarantining renames entries under readdir. */
+	char (*names)[NAME_MAX + 1] = NULL;
+	size_t n = 0, cap = 0;
 	struct dirent *e;
 	int rc = 0;
-	while ((e = readdir(dir)) && rc == 0) {
-		char device[64];
-		struct device *d;
-		if (is_ring_file(e->d_name, device, sizeof(device)))
-			rc = get_device(r, device, &d, err);
+	while ((e = readdir(dir))) {
+		size_t len = strlen(e->d_name);
+		if (len <= 5 || strcmp(e->d_name + len - 5, ".ring") != 0)
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			void *grown = realloc(names, cap * sizeof(*names));
+			if (!grown) {
+				rc = rp_err_set(err, -ENOMEM, "out of memory");
+				break;
+			}
+			names = grown;
+		}
+		snprintf(names[n++], sizeof(names[0]), "%s", e->d_name);
 	}
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		recover_ring(r, dirfd(dir), names[i]);
+	free(names);
 	closedir(dir);
 	return rc;
 }
@@ -596,6 +840,12 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	if (!r)
 		return rp_err_set(err, -ENOMEM, "out of memory");
 	r->cfg = cfg;
+	r->procs = calloc(cfg->producer_max_rings, sizeof(*r->procs));
+	if (!r->procs) {
+		free(r);
+		return rp_err_set(err, -ENOMEM, "out of memory");
+	}
+	pthread_mutex_init(&r->quota_lock, NULL);
 	pthread_mutex_init(&r->devices_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	rp_cond_init_monotonic(&r->wake);
@@ -605,7 +855,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	if (rc == 0)
 		rc = recover_rings(r, err);
 	if (rc == 0)
-		rc = get_device(r, "host", &host, err);
+		rc = get_device(r, "host", RP_MAX_DEVICES, &host, err);
 	if (rc == 0 && strcmp(r->devices[0]->name, "host") != 0) {
 		/* The sampler feeds device 0: keep the host ring there. */
 		for (unsigned i = 1; i < atomic_load(&r->ndevices); i++)
@@ -627,6 +877,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 			rp_ringfile_close(r->devices[i]->rf);
 			free(r->devices[i]);
 		}
+		free(r->procs);
 		free(r);
 		return rc;
 	}
@@ -659,6 +910,7 @@ void rp_rings_stop(struct rp_rings *r)
 		pthread_mutex_destroy(&d->stats_lock);
 		free(d);
 	}
+	free(r->procs);
 	free(r);
 }
 
@@ -676,15 +928,25 @@ static void read_comm(uint32_t pid, char *out, size_t len)
 }
 
 int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *ring,
-		    const char *thread_name, struct rp_err *err)
+		    bool own_tid, const char *thread_name, struct rp_err *err)
 {
-	struct device *d;
-	int rc = get_device(r, device, &d, err);
-	if (rc < 0)
+	struct device *d = NULL;
+	int rc = check_device_name(r->cfg, device, err);
+	if (rc == 0)
+		rc = account_ring(r, ring, own_tid, err);
+	if (rc == 0 && (rc = get_device(r, device, r->cfg->producer_max_devices, &d, err)) < 0)
+		unaccount_ring(r, ring);
+	struct pending *p = rc == 0 ? calloc(1, sizeof(*p)) : NULL;
+	if (rc == 0 && !p) {
+		unaccount_ring(r, ring);
+		rc = rp_err_set(err, -ENOMEM, "out of memory");
+	}
+	if (rc < 0) {
+		pthread_mutex_lock(&r->quota_lock);
+		r->refused++;
+		pthread_mutex_unlock(&r->quota_lock);
 		return rc;
-	struct pending *p = calloc(1, sizeof(*p));
-	if (!p)
-		return rp_err_set(err, -ENOMEM, "out of memory");
+	}
 	p->dev = d;
 	p->ring = ring;
 	snprintf(p->thread_name, sizeof(p->thread_name), "%s", thread_name ? thread_name : "");
@@ -769,8 +1031,22 @@ int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info)
 	rp_ringfile_stats(d->rf, &info->file);
 	pthread_mutex_lock(&d->stats_lock);
 	info->drain = d->stats;
+	memcpy(info->corrupt, d->corrupt, d->ncorrupt * sizeof(d->corrupt[0]));
+	info->ncorrupt = d->ncorrupt;
 	pthread_mutex_unlock(&d->stats_lock);
 	return 0;
+}
+
+void rp_rings_producer_stats(struct rp_rings *r, struct rp_producer_stats *st)
+{
+	pthread_mutex_lock(&r->quota_lock);
+	*st = (struct rp_producer_stats){
+		.rings = r->producer_rings,
+		.shm_bytes = r->producer_shm_bytes,
+		.refused = r->refused,
+		.quarantined = r->quarantined,
+	};
+	pthread_mutex_unlock(&r->quota_lock);
 }
 
 int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info)
@@ -781,4 +1057,31 @@ int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info 
 	*info = r->sampler_info;
 	pthread_mutex_unlock(&r->lock);
 	return 0;
+}
+
+void rp_rings_producer_metrics(struct rp_rings *r, FILE *f)
+{
+	struct rp_producer_stats st;
+	rp_rings_producer_stats(r, &st);
+	static const struct {
+		const char *name, *type, *help;
+	} metrics[] = {
+		{ "ringprof_producer_rings", "gauge", "Producer rings attached now." },
+		{ "ringprof_producer_shm_bytes", "gauge", "Shared memory of the producer rings attached now." },
+		{ "ringprof_producer_refused_total", "counter", "Producer hellos refused by a [producers] limit or an unknown device." },
+		{ "ringprof_ring_files_quarantined_total", "counter", "Bad ring files set aside at start." },
+	};
+	double v[] = { st.rings, (double)st.shm_bytes, (double)st.refused, st.quarantined };
+	for (size_t m = 0; m < sizeof(metrics) / sizeof(metrics[0]); m++)
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", metrics[m].name, metrics[m].help,
+			metrics[m].name, metrics[m].type, metrics[m].name, v[m]);
+	fprintf(f, "# HELP ringprof_producer_corrupt_records_total Records discarded as impossible, "
+		   "by producer (the first %d with any, per device).\n"
+		   "# TYPE ringprof_producer_corrupt_records_total counter\n", RP_RING_CORRUPT_SHOWN);
+	struct rp_ring_info info;
+	for (unsigned i = 0; rp_rings_info(r, i, &info) == 0; i++)
+		for (unsigned k = 0; k < info.ncorrupt; k++)
+			fprintf(f, "ringprof_producer_corrupt_records_total{device=\"%s\",pid=\"%u\","
+				   "tid=\"%u\"} %llu\n", info.device, info.corrupt[k].pid,
+				info.corrupt[k].tid, (unsigned long long)info.corrupt[k].corrupt);
 }

@@ -9,7 +9,9 @@
 #define RINGPROF_RINGS_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "drain.h"
@@ -17,7 +19,8 @@
 #include "ringfile.h"
 #include "shmring.h"
 
-#define RP_MAX_DEVICES 64
+/* Producers with corrupt records shown per device ring. */
+#define RP_RING_CORRUPT_SHOWN 8
 
 struct rp_ring_info {
 	char device[64];
@@ -26,6 +29,17 @@ struct rp_ring_info {
 	struct rp_ringfile *rf;          /* for sessions: iterate and pin */
 	struct rp_ringfile_stats file;
 	struct rp_drain_stats drain;     /* as of the last ingest pass */
+	/* the first producers attached now that wrote corrupt records */
+	struct rp_drain_producer_stats corrupt[RP_RING_CORRUPT_SHOWN];
+	unsigned ncorrupt;
+};
+
+/* Producer rings and what limited them (see [producers]). */
+struct rp_producer_stats {
+	unsigned rings;          /* attached now */
+	uint64_t shm_bytes;      /* their shared memory, headers included */
+	uint64_t refused;        /* rings refused: a [producers] limit, a device name */
+	unsigned quarantined;    /* bad ring files set aside at start */
 };
 
 /* A collector inside the daemon (the eBPF CPU sampler). */
@@ -49,10 +63,16 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out,
 /* Stop the ingest thread after a last flush, sync and close every ring. */
 void rp_rings_stop(struct rp_rings *r);
 
-/* Hand a producer ring (ownership passes) to the ingest thread, creating
- * the device's ring file first when it is new.  thread_name may be "". */
+/* Hand a producer ring (ownership passes on success only) to the ingest
+ * thread, creating the device's ring file first when it is new.
+ * thread_name may be "".  own_tid: the ring's tid is numbered in the
+ * daemon's pid namespace, so the ring is reaped when that thread exits
+ * (else when its process does).  Refused, with a message naming the limit and its
+ * key: a device not in the table (host, gpuN, tpuN, ncN, [ring.NAME]
+ * sections), more than [producers] max_devices device rings, max_rings,
+ * max_rings_per_process or max_shm. */
 int rp_rings_attach(struct rp_rings *r, const char *device,
-		    struct rp_shmring *ring, const char *thread_name,
+		    struct rp_shmring *ring, bool own_tid, const char *thread_name,
 		    struct rp_err *err);
 /* Have the ingest thread show every event it takes in, on every device
  * ring, to fn (see rp_drain_set_observer) from its next pass on.  ctx must
@@ -72,6 +92,10 @@ int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err)
 unsigned rp_rings_count(struct rp_rings *r);
 /* Stats of device i (0 .. count-1); -ENOENT past the end. */
 int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info);
+void rp_rings_producer_stats(struct rp_rings *r, struct rp_producer_stats *st);
+/* The producer stats, and corrupt records per producer, as Prometheus
+ * text lines for /metrics. */
+void rp_rings_producer_metrics(struct rp_rings *r, FILE *f);
 /* Collector i (0 ..); -ENOENT past the end. */
 int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info);
 

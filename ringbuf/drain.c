@@ -8,6 +8,15 @@
 #include "chunk.h"
 
 #define DEFAULT_SEAL_INTERVAL_NS 1000000000ull
+/* Producer timestamps are trusted only this close to the drain's now: a
+ * producer event is drained within moments of being written, so one far
+ * off is corrupt and would stretch every window it lands in.  GPU
+ * activity may be reported late (CUPTI buffers), hence the hour. */
+#define PRODUCER_PAST_NS (3600 * 1000000000ull)
+#define PRODUCER_FUTURE_NS (60 * 1000000000ull)
+/* More drops than records a producer could have tried to write between
+ * two drains (2^32 at 10 ns each is 43 s): a larger count is corrupt. */
+#define PRODUCER_DROPS_MAX (1ull << 32)
 #define CALIBRATION_REFRESH_NS 1000000000ull
 /* Bounds of the remembered metadata: names and command lines, sticky
  * events, and (executable) mappings.  When full, the oldest entries make
@@ -55,6 +64,8 @@ struct placed {
 struct producer {
 	struct rp_shmring *ring;
 	uint64_t dropped_seen; /* producer drop counter already recorded */
+	uint64_t dropped;      /* drops recorded, saturated */
+	uint64_t corrupt;      /* records discarded as impossible */
 };
 
 struct rp_drain {
@@ -74,6 +85,9 @@ struct rp_drain {
 	size_t chunk_cap;
 	struct rp_drain_stats st;
 	struct rp_err *poll_err; /* where the drain callback reports */
+	struct producer *draining; /* the producer the drain callback serves */
+	rp_drain_detach_fn on_detach;
+	void *detach_ctx;
 
 	/* Names, command lines and mappings are recorded once, when a
 	 * thread or process is first seen; writing them again into every
@@ -109,6 +123,10 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 	d->rf = rf;
 	d->seal_interval_ns = opts && opts->seal_interval_ns ? opts->seal_interval_ns
 							     : DEFAULT_SEAL_INTERVAL_NS;
+	if (opts) {
+		d->on_detach = opts->on_detach;
+		d->detach_ctx = opts->detach_ctx;
+	}
 	d->chunk_cap = rp_ringfile_max_chunk(rf);
 	d->chunk_buf = malloc(d->chunk_cap);
 	meta_set_init(&d->names, MAX_NAMES);
@@ -557,18 +575,46 @@ static uint64_t to_host_ns(const struct rp_drain *d, const struct rp_shmring *r,
 	return t;
 }
 
+static uint64_t add_saturated(uint64_t a, uint64_t b)
+{
+	return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* Whether a producer's timestamp (host ns) is near enough to now. */
+static bool plausible_ts(uint64_t ts, uint64_t now)
+{
+	return ts + PRODUCER_PAST_NS >= now && ts <= now + PRODUCER_FUTURE_NS;
+}
+
+/* A producer record as an event it may send: its own pid (proven at the
+ * hello: a pid in the record is ignored), timestamps near now, a sane
+ * drop count.  false: the record is corrupt. */
+static bool producer_event(const struct rp_drain *d, const struct rp_shmring *r,
+			   struct rp_event *ev)
+{
+	uint64_t now = rp_clock_now_ns();
+	ev->pid = rp_shmring_pid(r);
+	ev->ts = to_host_ns(d, r, ev->ts);
+	if (!plausible_ts(ev->ts, now))
+		return false;
+	if (ev->kind == RP_EV_GPU_ACTIVITY) {
+		ev->u.gpu.end = to_host_ns(d, r, ev->u.gpu.end);
+		if (ev->u.gpu.end < ev->ts || !plausible_ts(ev->u.gpu.end, now))
+			return false;
+	}
+	return ev->kind != RP_EV_DROPS || ev->u.drops.count <= PRODUCER_DROPS_MAX;
+}
+
 static int take_record(void *ctx, const struct rp_shmring *r, const struct rp_rec *rec)
 {
 	struct rp_drain *d = ctx;
 	struct rp_event ev;
 	char name[RP_NAME_MAX + 1];
-	if (rp_rec_to_event(r, rec, &ev, name) < 0) {
+	if (rp_rec_to_event(r, rec, &ev, name) < 0 || !producer_event(d, r, &ev)) {
 		d->st.corrupt_records++;
+		d->draining->corrupt++;
 		return 0;
 	}
-	ev.ts = to_host_ns(d, r, ev.ts);
-	if (ev.kind == RP_EV_GPU_ACTIVITY)
-		ev.u.gpu.end = to_host_ns(d, r, ev.u.gpu.end);
 	return add_event(d, &ev, d->poll_err);
 }
 
@@ -590,6 +636,10 @@ int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring)
 
 /* Record drops the producer counted since we last looked as one event,
  * so they show up in the window they happened in. */
+/* Record drops the producer counted since we last looked as one event,
+ * so they show up in the window they happened in.  The counter lives in
+ * memory the producer writes: a jump past PRODUCER_DROPS_MAX is corrupt
+ * and counted as such, its drops as the most that could be true. */
 static int record_drops(struct rp_drain *d, struct producer *p, struct rp_err *err)
 {
 	uint64_t total = rp_shmring_dropped(p->ring);
@@ -602,7 +652,13 @@ static int record_drops(struct rp_drain *d, struct producer *p, struct rp_err *e
 		.tid = rp_shmring_tid(p->ring),
 		.u.drops.count = total - p->dropped_seen,
 	};
-	d->st.producer_drops += ev.u.drops.count;
+	if (ev.u.drops.count > PRODUCER_DROPS_MAX) {
+		ev.u.drops.count = PRODUCER_DROPS_MAX;
+		d->st.corrupt_records++;
+		p->corrupt++;
+	}
+	d->st.producer_drops = add_saturated(d->st.producer_drops, ev.u.drops.count);
+	p->dropped = add_saturated(p->dropped, ev.u.drops.count);
 	p->dropped_seen = total;
 	return add_event(d, &ev, err);
 }
@@ -611,8 +667,10 @@ static long drain_producer(struct rp_drain *d, struct producer *p, struct rp_err
 {
 	uint64_t corrupt = 0;
 	d->poll_err = err;
+	d->draining = p;
 	long n = rp_shmring_drain(p->ring, take_record, d, 0, &corrupt);
 	d->st.corrupt_records += corrupt;
+	p->corrupt += corrupt;
 	if (n < 0)
 		return n;
 	int rc = record_drops(d, p, err);
@@ -655,12 +713,21 @@ int rp_drain_flush(struct rp_drain *d, struct rp_err *err)
 	return rp_ringfile_sync(d->rf, false, err);
 }
 
-int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx), void *ctx)
+static bool pid_attached(const struct rp_drain *d, uint32_t pid)
+{
+	for (size_t i = 0; i < d->nproducers; i++)
+		if (rp_shmring_pid(d->producers[i].ring) == pid)
+			return true;
+	return false;
+}
+
+int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring, void *ctx),
+		  void *ctx)
 {
 	int reaped = 0;
 	for (size_t i = 0; i < d->nproducers;) {
 		struct producer *p = &d->producers[i];
-		if (!gone(rp_shmring_pid(p->ring), ctx)) {
+		if (!gone(p->ring, ctx)) {
 			i++;
 			continue;
 		}
@@ -669,9 +736,13 @@ int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx), voi
 			i++;
 			continue;
 		}
-		rp_drain_forget(d, rp_shmring_pid(p->ring));
-		rp_shmring_close(p->ring);
+		struct rp_shmring *ring = p->ring;
 		d->producers[i] = d->producers[--d->nproducers];
+		if (!pid_attached(d, rp_shmring_pid(ring)))
+			rp_drain_forget(d, rp_shmring_pid(ring));
+		if (d->on_detach)
+			d->on_detach(d->detach_ctx, ring);
+		rp_shmring_close(ring);
 		reaped++;
 	}
 	return reaped;
@@ -681,6 +752,20 @@ void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st)
 {
 	*st = d->st;
 	st->producers = (unsigned)d->nproducers;
+}
+
+size_t rp_drain_producers(const struct rp_drain *d, size_t from,
+			  struct rp_drain_producer_stats *out, size_t max)
+{
+	size_t n = 0;
+	for (size_t i = from; i < d->nproducers && n < max; i++) {
+		const struct producer *p = &d->producers[i];
+		out[n++] = (struct rp_drain_producer_stats){
+			.pid = rp_shmring_pid(p->ring), .tid = rp_shmring_tid(p->ring),
+			.dropped = p->dropped, .corrupt = p->corrupt,
+		};
+	}
+	return n;
 }
 
 void rp_drain_set_observer(struct rp_drain *d, rp_drain_observer fn, void *ctx)

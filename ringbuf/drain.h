@@ -17,8 +17,14 @@
 #include "ringfile.h"
 #include "shmring.h"
 
+/* Called on the drain's thread for each producer ring detached by
+ * rp_drain_reap, just before it is closed. */
+typedef void (*rp_drain_detach_fn)(void *ctx, const struct rp_shmring *ring);
+
 struct rp_drain_opts {
 	uint64_t seal_interval_ns; /* seal a chunk once it is this old; 0: 1 s */
+	rp_drain_detach_fn on_detach; /* may be NULL */
+	void *detach_ctx;
 };
 
 struct rp_drain_stats {
@@ -26,8 +32,10 @@ struct rp_drain_stats {
 	uint64_t chunks;          /* chunks sealed */
 	uint64_t raw_bytes;       /* encoded bytes before compression */
 	uint64_t comp_bytes;      /* chunk bytes handed to the ring file */
-	uint64_t producer_drops;  /* drops reported by producer rings */
-	uint64_t corrupt_records; /* records discarded as impossible */
+	uint64_t producer_drops;  /* drops reported by producer rings (saturates at INT64_MAX) */
+	uint64_t corrupt_records; /* records discarded as impossible: bad
+				     layout, a timestamp far from now, a drop
+				     count past 2^32 */
 	unsigned producers;       /* producer rings attached now */
 };
 
@@ -42,9 +50,11 @@ void rp_drain_free(struct rp_drain *d);
 
 /* Attach a producer ring; the drain takes ownership. */
 int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring);
-/* Detach (and close) rings whose producer is gone and that are empty;
- * `gone` decides from the ring's pid. Returns how many were detached. */
-int rp_drain_reap(struct rp_drain *d, bool (*gone)(uint32_t pid, void *ctx),
+/* Detach (and close) rings whose producer is gone, after draining them
+ * one last time; `gone` decides from the ring (its pid, its tid).  The
+ * names and mappings of a process are forgotten with its last ring.
+ * Returns how many were detached. */
+int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring, void *ctx),
 		  void *ctx);
 
 /* Add an event produced inside this process (ts in host ns).  Process
@@ -71,6 +81,9 @@ int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev,
 void rp_drain_forget(struct rp_drain *d, uint32_t pid);
 
 /* Drain every attached ring, seal full or old chunks, append them.
+ * Producer records are checked first: each event carries its ring's pid
+ * (the one its creator proved, whatever a record says), and a record
+ * stamped more than an hour before or a minute after now is corrupt.
  * Returns the number of events taken in, or a negative errno. */
 long rp_drain_poll(struct rp_drain *d, struct rp_err *err);
 
@@ -80,6 +93,17 @@ long rp_drain_poll(struct rp_drain *d, struct rp_err *err);
 int rp_drain_flush(struct rp_drain *d, struct rp_err *err);
 
 void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st);
+
+/* One attached producer ring, as its drain sees it. */
+struct rp_drain_producer_stats {
+	uint32_t pid, tid;
+	uint64_t dropped;   /* saturates at INT64_MAX */
+	uint64_t corrupt;
+};
+/* Copy the stats of attached producers from, from + 1, ... into out (at
+ * most max); returns how many. */
+size_t rp_drain_producers(const struct rp_drain *d, size_t from,
+			  struct rp_drain_producer_stats *out, size_t max);
 
 /* Called on the drain's thread with every event as it is added, in host
  * ns (names borrowed for the call only).  It must be quick and must not

@@ -189,6 +189,9 @@ static int open_error(struct rp_err *err, int e, const char *path, bool write)
 					  "create the state directory first", path);
 		return rp_err_set(err, -ENOENT, "ring file %s does not exist: check the state "
 				  "directory and the device name", path);
+	case ELOOP:
+		return rp_err_set(err, -ELOOP, "ring file %s is a symbolic link: ringprofd follows "
+				  "no links in its state directory; remove it", path);
 	case EROFS:
 		return rp_err_set(err, -EROFS, "ring file %s is on a read-only file system: choose "
 				  "a writable state directory", path);
@@ -483,10 +486,13 @@ static int check_opts(const char *path, const struct rp_ringfile_opts *o, uint32
 /* Open (or create) the file and lock it against a second writer. */
 static int open_rw(struct rp_ringfile *rf, bool *created, struct rp_err *err)
 {
-	rf->fd = open(rf->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+	/* Never through a link planted in the state directory, and never
+	 * blocked by a FIFO: what is not a regular file is refused. */
+	rf->fd = open(rf->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+		      0640);
 	*created = rf->fd >= 0;
 	if (rf->fd < 0 && errno == EEXIST)
-		rf->fd = open(rf->path, O_RDWR | O_CLOEXEC);
+		rf->fd = open(rf->path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (rf->fd < 0)
 		return open_error(err, errno, rf->path, true);
 	if (flock(rf->fd, LOCK_EX | LOCK_NB) < 0) {
@@ -506,7 +512,7 @@ static int open_rw(struct rp_ringfile *rf, bool *created, struct rp_err *err)
  * system allows it; reads stay buffered on fd. */
 static int open_direct(struct rp_ringfile *rf, struct rp_err *err)
 {
-	int fd = open(rf->path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+	int fd = open(rf->path, O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0 && errno == EINVAL)
 		return 0;
 	if (fd < 0)

@@ -63,7 +63,9 @@ struct rp_ringfile;
  * keeps its device id (stats.device_id: seal chunks with that).  Errors
  * name the file and the fix: no space (-ENOSPC), permissions (-EACCES),
  * not a ring file (-EINVAL), a newer format (-EPROTONOSUPPORT), already
- * open for writing elsewhere (-EBUSY: the writer holds a flock). */
+ * open for writing elsewhere (-EBUSY: the writer holds a flock), a
+ * symbolic link (-ELOOP: never followed), not a regular file (-EINVAL: a
+ * FIFO is not waited on). */
 int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
 		     struct rp_ringfile **out, struct rp_err *err);
 /* Open an existing ring file read-only (recovery scan, no writes). */

@@ -110,11 +110,16 @@ static size_t round8(size_t n)
 	return (n + 7) & ~(size_t)7;
 }
 
-/* Maps fd (owned from here on) and fills a new ring from ident. */
-static int setup(int fd, size_t len, const struct shm_ident *id,
+/* Maps fd (owned from here on) and fills a new ring from ident.  The
+ * producer's mapping is populated, so that writing never faults; the
+ * creator's is not: the pages are then allocated, and charged to the
+ * memory cgroup of, the producer that writes them, and a ring asked for
+ * and never used costs nothing. */
+static int setup(int fd, size_t len, const struct shm_ident *id, bool populate,
 		 struct rp_shmring **out, struct rp_err *err)
 {
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
 	if (p == MAP_FAILED) {
 		int e = errno;
 		close(fd);
@@ -188,7 +193,7 @@ int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
 		.tid = tid,
 	};
 	memcpy(id.magic, shm_magic, sizeof(id.magic));
-	int rc = setup(fd, len, &id, out, err);
+	int rc = setup(fd, len, &id, false, out, err);
 	if (rc == 0) {
 		(*out)->hdr->id = id;
 		atomic_store_explicit(&(*out)->hdr->beat, rp_clock_now_ns(),
@@ -225,7 +230,7 @@ int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err)
 	struct rp_shmring *r;
 	size_t len = (size_t)st.st_size;
 	struct shm_ident id = { .data_size = len - HDR_SIZE };
-	int rc = setup(dfd, len, &id, &r, err);
+	int rc = setup(dfd, len, &id, true, &r, err);
 	if (rc < 0)
 		return rc;
 	/* Check one private copy, so the header cannot change under us. */
@@ -257,12 +262,20 @@ int rp_shmring_fd(const struct rp_shmring *r)
 	return r->fd;
 }
 
+int rp_shmring_take_fd(struct rp_shmring *r)
+{
+	int fd = r->fd;
+	r->fd = -1;
+	return fd;
+}
+
 void rp_shmring_close(struct rp_shmring *r)
 {
 	if (!r)
 		return;
 	munmap(r->hdr, r->map_len);
-	close(r->fd);
+	if (r->fd >= 0)
+		close(r->fd);
 	free(r);
 }
 

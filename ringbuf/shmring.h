@@ -79,6 +79,10 @@ int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
  * is not a ring gives -EINVAL with a message. */
 int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err);
 int rp_shmring_fd(const struct rp_shmring *r);
+/* The ring's fd, which the caller now owns; the ring keeps working on its
+ * mapping (rp_shmring_fd gives -1 from then on).  A consumer holding
+ * thousands of rings need not hold their fds. */
+int rp_shmring_take_fd(struct rp_shmring *r);
 void rp_shmring_close(struct rp_shmring *r);
 
 uint32_t rp_shmring_pid(const struct rp_shmring *r);

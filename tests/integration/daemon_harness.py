@@ -1,12 +1,15 @@
 """Start a real ringprofd on a temporary socket and directories, talk to it
 over HTTP on its Unix socket, and read its sessions back."""
 
+import array
 import http.client
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
+import threading
 import time
 
 BUILD = os.environ.get("RINGPROF_BUILD", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
@@ -59,7 +62,8 @@ class Daemon:
                 raise RuntimeError("ringprofd exited: " + open(self.log).read())
             try:
                 status, _ = self.request("GET", "/v1/status")
-                if status == 200:
+                # The producer socket comes up just after the API.
+                if status == 200 and os.path.exists(self.socket + ".producers"):
                     return self
             except OSError:
                 pass
@@ -134,3 +138,24 @@ def finish_producer(proc):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
     return json.loads(out)
+
+
+def producer_hello(daemon, device="host", ring_size=0, pid=None, tid=None, thread=b"collector",
+                   timeout=10):
+    """Play a producer: the handshake of docs/api.md, by hand, so that a test
+    can also ask for what libringprof never would.  Returns (status,
+    message, the ring's fd or None)."""
+    hello = struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, pid or os.getpid(),
+                        tid or threading.get_native_id(), ring_size, device.encode(), thread)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(timeout)
+        s.connect(daemon.socket + ".producers")
+        s.send(hello)
+        fds = array.array("i")
+        msg, anc, _, _ = s.recvmsg(264, socket.CMSG_SPACE(fds.itemsize))
+    magic, status = struct.unpack_from("<8si", msg)
+    assert magic == b"RPREPLY1"
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:fds.itemsize])
+    return status, msg[16:].split(b"\0")[0].decode(), (fds[0] if fds else None)

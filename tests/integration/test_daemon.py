@@ -1,21 +1,18 @@
 """ringprofd end to end: the real daemon on a temporary socket and
 directories, driven through its API and the ringprof CLI."""
 
-import array
 import json
 import mmap
 import os
 import signal
 import socket
-import struct
 import subprocess
-import threading
 import time
 
 import pytest
 
-from daemon_harness import (SANITIZED, Daemon, dump, finish_producer, manifest, seq_values,
-                            start_producer)
+from daemon_harness import (SANITIZED, Daemon, dump, finish_producer, manifest, producer_hello,
+                            seq_values, start_producer)
 
 SMALL_RING = """
 [daemon]
@@ -302,19 +299,7 @@ def test_metrics(daemon):
 
 def register_device(daemon, device):
     """Play a device collector: the producer handshake of docs/api.md."""
-    hello = struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, os.getpid(), threading.get_native_id(), 0,
-                        device.encode(), b"collector")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-        s.connect(daemon.socket + ".producers")
-        s.send(hello)
-        fds = array.array("i")
-        msg, anc, _, _ = s.recvmsg(264, socket.CMSG_SPACE(fds.itemsize))
-    magic, status = struct.unpack_from("<8si", msg)
-    assert magic == b"RPREPLY1"
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[:fds.itemsize])
-    return status, msg[16:].split(b"\0")[0].decode(), (fds[0] if fds else None)
+    return producer_hello(daemon, device)
 
 
 def test_device_ring_appears_when_a_collector_registers(tmp_path):

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "chunk.h"
@@ -212,9 +213,9 @@ static void test_seal_by_age_and_flush(void **state)
 	rmdir(f.dir);
 }
 
-static bool pid_is_gone(uint32_t pid, void *ctx)
+static bool pid_is_gone(const struct rp_shmring *ring, void *ctx)
 {
-	return pid == *(uint32_t *)ctx;
+	return rp_shmring_pid(ring) == *(uint32_t *)ctx;
 }
 
 /* A ring whose producer is gone is drained one last time, then detached. */
@@ -238,6 +239,127 @@ static void test_reap_drains_first(void **state)
 	struct seq_check c = { .tid = 88 };
 	read_window(f->rf, before, rp_clock_now_ns(), check_sequence, &c);
 	assert_true(c.next == 100);
+}
+
+static bool tid_is_gone(const struct rp_shmring *ring, void *ctx)
+{
+	return rp_shmring_tid(ring) == *(uint32_t *)ctx;
+}
+
+struct name_check {
+	uint32_t pid;
+	uint64_t names, counters;
+};
+
+static void count_names(void *ctx, const struct rp_event *ev)
+{
+	struct name_check *c = ctx;
+	c->names += ev->kind == RP_EV_PROCESS_NAME && ev->pid == c->pid;
+	c->counters += ev->kind == RP_EV_COUNTER && ev->pid == c->pid;
+}
+
+/* The ring of a thread that exited goes; its process's name stays for the
+ * rings of its other threads. */
+static void test_reap_one_thread_keeps_its_process(void **state)
+{
+	struct fixture *f = *state;
+	uint32_t pid = 777777, gone_tid = 1, live_tid = 2;
+	struct rp_shmring *gone, *live;
+	assert_int_equal(rp_shmring_create(1 << 16, pid, gone_tid, RP_SHM_CLOCK_MONOTONIC, &gone, NULL), 0);
+	assert_int_equal(rp_shmring_create(1 << 16, pid, live_tid, RP_SHM_CLOCK_MONOTONIC, &live, NULL), 0);
+	assert_int_equal(rp_drain_attach(f->drain, gone), 0);
+	assert_int_equal(rp_drain_attach(f->drain, live), 0);
+	struct rp_event name = { .kind = RP_EV_PROCESS_NAME, .ts = rp_clock_now_ns(), .pid = pid,
+				 .tid = pid, .name = "trainer" };
+	assert_int_equal(rp_drain_add(f->drain, &name, NULL), 0);
+	assert_true(rp_shm_counter(gone, rp_shmring_now(gone), "seq", 0));
+	assert_int_equal(rp_drain_reap(f->drain, tid_is_gone, &gone_tid), 1);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	uint64_t later = rp_clock_now_ns();
+	assert_true(rp_shm_counter(live, rp_shmring_now(live), "seq", 1));
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	struct name_check c = { .pid = pid };
+	read_window(f->rf, later, UINT64_MAX, count_names, &c);
+	assert_int_equal(c.counters, 1);
+	assert_int_equal(c.names, 1);
+}
+
+struct pid_check {
+	uint32_t sample_pid;
+	uint64_t samples, drops, max_ts;
+};
+
+static void check_pids(void *ctx, const struct rp_event *ev)
+{
+	struct pid_check *c = ctx;
+	if (ev->kind == RP_EV_CPU_SAMPLE) {
+		c->samples++;
+		c->sample_pid = ev->pid;
+	}
+	if (ev->kind == RP_EV_DROPS)
+		c->drops += ev->u.drops.count;
+	if (ev->ts > c->max_ts)
+		c->max_ts = ev->ts;
+}
+
+/* What a hostile producer writes into its own ring: a CPU sample naming
+ * another process, a timestamp of 2^64-1, a drop counter of 2^63.  The
+ * sample carries the ring's pid, the timestamp is counted as corrupt and
+ * the drops are clamped, in the totals and per producer. */
+static void test_hostile_producer(void **state)
+{
+	struct fixture *f = *state;
+	struct rp_shmring *ring;
+	uint32_t pid = (uint32_t)getpid();
+	assert_int_equal(rp_shmring_create(1 << 16, pid, 91, RP_SHM_CLOCK_MONOTONIC, &ring, NULL), 0);
+	assert_int_equal(rp_drain_attach(f->drain, ring), 0);
+	uint64_t before = rp_clock_now_ns();
+	uint64_t frames[2] = { 0x401000, 0x402000 };
+	struct rp_event sample = { .kind = RP_EV_CPU_SAMPLE, .ts = rp_shmring_now(ring), .pid = 1,
+				   .tid = 92, .u.sample = { .nframes = 2, .frames = frames } };
+	assert_true(rp_shm_write_event(ring, &sample));
+	assert_true(rp_shm_counter(ring, UINT64_MAX, "future", 1));
+	assert_true(rp_shm_counter(ring, rp_shmring_now(ring) + 120000000000ull, "ahead", 1));
+	struct rp_event drops = { .kind = RP_EV_DROPS, .ts = rp_shmring_now(ring),
+				  .u.drops.count = UINT64_MAX };
+	assert_true(rp_shm_write_event(ring, &drops));
+	void *hdr = mmap(NULL, RP_SHM_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+			 rp_shmring_fd(ring), 0);
+	assert_true(hdr != MAP_FAILED);
+	uint64_t huge = 1ull << 63;
+	memcpy((char *)hdr + RP_SHM_OFF_DROPPED, &huge, sizeof(huge));
+	munmap(hdr, RP_SHM_HDR_SIZE);
+
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	struct rp_drain_stats st;
+	rp_drain_stats(f->drain, &st);
+	assert_int_equal(st.corrupt_records, 4); /* 2 timestamps, 2 drop counts */
+	assert_true(st.producer_drops <= INT64_MAX);
+	assert_int_equal(st.producer_drops, 1ull << 32);
+	struct rp_drain_producer_stats ps[2];
+	assert_int_equal(rp_drain_producers(f->drain, 0, ps, 2), 1);
+	assert_int_equal(ps[0].pid, pid);
+	assert_int_equal(ps[0].corrupt, 4);
+	assert_int_equal(ps[0].dropped, 1ull << 32);
+
+	struct pid_check c = { 0 };
+	read_window(f->rf, 0, UINT64_MAX, check_pids, &c);
+	assert_int_equal(c.samples, 1);
+	assert_int_equal(c.sample_pid, pid);
+	assert_int_equal(c.drops, 1ull << 32);
+	assert_true(c.max_ts >= before && c.max_ts <= rp_clock_now_ns());
+	/* Saturates rather than wraps, however often the counter jumps. */
+	for (int i = 0; i < 3; i++) {
+		hdr = mmap(NULL, RP_SHM_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+			   rp_shmring_fd(ring), 0);
+		assert_true(hdr != MAP_FAILED);
+		huge = UINT64_MAX - (uint64_t)(2 - i);
+		memcpy((char *)hdr + RP_SHM_OFF_DROPPED, &huge, sizeof(huge));
+		munmap(hdr, RP_SHM_HDR_SIZE);
+		assert_true(rp_drain_poll(f->drain, NULL) >= 0);
+	}
+	rp_drain_stats(f->drain, &st);
+	assert_true(st.producer_drops <= INT64_MAX);
 }
 
 /* A thread named once is named again in every later chunk with its
@@ -788,6 +910,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_drops_recorded, setup, teardown),
 		cmocka_unit_test(test_seal_by_age_and_flush),
 		cmocka_unit_test_setup_teardown(test_reap_drains_first, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reap_one_thread_keeps_its_process, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_producer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names_repeat_in_every_chunk, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metadata_only_where_needed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_process_metadata_repeats, setup, teardown),

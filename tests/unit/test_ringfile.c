@@ -660,6 +660,42 @@ static void test_bad_files(void **state)
 	}
 }
 
+/* A link or a FIFO planted where a ring file goes: never followed, never
+ * waited on, the link's target untouched. */
+static void test_links_and_fifos(void **state)
+{
+	(void)state;
+	char path[PATH_LEN], target[PATH_LEN];
+	struct rp_ringfile_opts o = opts_for(8192, 4, 2, false);
+	struct rp_err e;
+	path_in(target, "victim");
+	write_file(target, "secret\n", 7);
+	path_in(path, "link.ring");
+	assert_int_equal(symlink(target, path), 0);
+	assert_int_equal(open_err(path, &o, &e), -ELOOP);
+	assert_non_null(strstr(e.msg, "symbolic link"));
+	unsigned char *now;
+	size_t size;
+	read_file(target, &now, &size);
+	assert_int_equal(size, 7);
+	assert_memory_equal(now, "secret\n", 7);
+	free(now);
+	unlink(path);
+
+	path_in(target, "nowhere");
+	path_in(path, "dangling.ring");
+	assert_int_equal(symlink(target, path), 0);
+	assert_int_equal(open_err(path, &o, &e), -ELOOP);
+	assert_int_equal(access(target, F_OK), -1); /* not created through the link */
+	unlink(path);
+
+	path_in(path, "fifo.ring");
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(open_err(path, &o, &e), -EINVAL);
+	assert_non_null(strstr(e.msg, "not a regular file"));
+	unlink(path);
+}
+
 /* Whether dir's file system takes O_DIRECT writes. */
 static bool direct_works(const char *dir)
 {
@@ -1092,6 +1128,7 @@ int main(void)
 		cmocka_unit_test(test_bitflips),
 		cmocka_unit_test(test_zeroed_and_stale_slots),
 		cmocka_unit_test(test_bad_files),
+		cmocka_unit_test(test_links_and_fifos),
 		cmocka_unit_test(test_buffered),
 		cmocka_unit_test(test_direct),
 		cmocka_unit_test(test_concurrent_readers),
