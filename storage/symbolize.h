@@ -14,7 +14,13 @@
  *
  * A frame that cannot be named keeps module+0xOFFSET (the file offset),
  * or [unknown]+0xADDRESS without a mapping.  Results are cached per file
- * and address.  Single threaded. */
+ * and address.
+ *
+ * C++ names (Itanium ABI "_Z...", which legacy Rust names follow too) are
+ * demangled by libstdc++'s __cxa_demangle, each symbol once per
+ * symbolizer; the mangled name is kept beside it for the formats that
+ * have room for both.  A name that does not demangle stays as it is.
+ * Single threaded. */
 #ifndef RINGPROF_SYMBOLIZE_H
 #define RINGPROF_SYMBOLIZE_H
 
@@ -32,7 +38,9 @@ struct rp_symbolizer_opts {
 /* What a frame is.  Strings are the symbolizer's: valid until it is
  * freed. */
 struct rp_symbol {
-	const char *function; /* NULL when unnamed */
+	const char *function; /* NULL when unnamed; demangled (see mangled) */
+	const char *mangled;  /* the symbol as the binary spells it, when
+				 function is its demangled form; else NULL */
 	const char *module;   /* file name of the mapping, "[kernel]" or "[MODULE]"
 				 for the kernel, "[jit]" for perf maps; NULL: none */
 	uint64_t offset;      /* from the function's start; unnamed: from the
