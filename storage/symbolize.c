@@ -694,9 +694,7 @@ void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kerne
 const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len)
 {
 	if (sym->function)
-		snprintf(buf, len, "%s", sym->function);
-	else
-		snprintf(buf, len, "%s+0x%" PRIx64, sym->module ? sym->module : "[unknown]",
-			 sym->offset);
+		return sym->function; /* whole: demangled C++ names run long */
+	snprintf(buf, len, "%s+0x%" PRIx64, sym->module ? sym->module : "[unknown]", sym->offset);
 	return buf;
 }

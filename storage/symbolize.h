@@ -84,8 +84,9 @@ uint64_t rp_frame_address(const uint64_t *frames, unsigned nkernel, unsigned i);
 void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kernel,
 		  struct rp_symbol *out);
 
-/* The frame's name as exports show it: the function, else module+0xOFFSET,
- * else [unknown]+0xADDRESS.  Returns buf. */
+/* The frame's name as exports show it: the function (the symbolizer's
+ * string, whole), else module+0xOFFSET or [unknown]+0xADDRESS written
+ * into buf. */
 const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len);
 
 void rp_symbolizer_stats(const struct rp_symbolizer *s, struct rp_symbolizer_stats *st);

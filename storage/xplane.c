@@ -568,9 +568,9 @@ static uint32_t frame_meta(struct xw *w, uint32_t pid, uint64_t ip, bool kernel)
 	if (!slot || *slot)
 		return slot ? *slot : 0;
 	struct rp_symbol sym;
-	char name[512];
+	char buf[128];
 	rp_symbolize(rp_reader_symbolizer(w->r), pid, ip, kernel, &sym);
-	rp_symbol_name(&sym, name, sizeof(name));
+	const char *name = rp_symbol_name(&sym, buf, sizeof(buf));
 	/* A C++ frame: named by its symbol, shown demangled (XProf's trace
 	 * viewer shows the display name, the name as its long_name). */
 	return *slot = sym.mangled ? intern_shown(w, 0, sym.mangled, name) : intern(w, 0, name);

@@ -275,14 +275,20 @@ static void kallsyms(void **state)
 static void perf_map(void **state)
 {
 	(void)state;
-	write_file("perf-4242.map", "7f0000001000 40 py::train_step:/x/train.py\n"
-				    "7f0000000000 1000 [jit] trampoline\n"
-				    "0x7f0000002000 0x10 hex_prefixed\n"
-				    "7f0000001000 20 py::replaced:/x/train.py\n"
-				    "not a line\n"
-				    "7f0000003000 0 empty_size\n"
-				    "7f0000004000 10 _ZN3jit6kernelEv\n"
-				    "7f0000005000 10 _Znot_a_cxx_name\n");
+	/* The last line's C++ name demangles to 600 x's and "::run()". */
+	char map[1024], xs[601];
+	memset(xs, 'x', 600);
+	xs[600] = 0;
+	snprintf(map, sizeof(map), "7f0000001000 40 py::train_step:/x/train.py\n"
+				   "7f0000000000 1000 [jit] trampoline\n"
+				   "0x7f0000002000 0x10 hex_prefixed\n"
+				   "7f0000001000 20 py::replaced:/x/train.py\n"
+				   "not a line\n"
+				   "7f0000003000 0 empty_size\n"
+				   "7f0000004000 10 _ZN3jit6kernelEv\n"
+				   "7f0000005000 10 _Znot_a_cxx_name\n"
+				   "7f0000006000 10 _ZN600%s3runEv\n", xs);
+	write_file("perf-4242.map", map);
 	struct rp_symbolizer_opts o = { .perf_map_dir = dir };
 	struct rp_symbolizer *s;
 	struct rp_err err = { 0 };
@@ -311,6 +317,10 @@ static void perf_map(void **state)
 	rp_symbolize(s, 4242, 0x7f0000005004, false, &sym); /* does not demangle: as it is */
 	assert_string_equal(sym.function, "_Znot_a_cxx_name");
 	assert_null(sym.mangled);
+	/* A demangled name longer than any buffer of the exporters: whole. */
+	rp_symbolize(s, 4242, 0x7f0000006004, false, &sym);
+	assert_int_equal(strlen(rp_symbol_name(&sym, buf, sizeof(buf))), 600 + strlen("::run()"));
+	assert_string_equal(sym.function + 600, "::run()");
 	rp_symbolize(s, 4243, 0x7f0000001008, false, &sym); /* no map of its own */
 	assert_null(sym.function);
 	rp_symbolizer_free(s);
