@@ -941,6 +941,9 @@ static int cmd_export(const struct command *cmd, struct args *a)
 		return usage_error(cmd, "--group groups the Perfetto trace's tracks: add perfetto "
 				   "to --format");
 	const char *out = a->val[O_OUTPUT];
+	if (!out && (a->filter.npids || a->filter.ncomms))
+		return usage_error(cmd, "--pid and --comm write one job's view: give -o PATH (and "
+				   "one --format), so that the session's own exports stay whole");
 	if (out && (mask & (mask - 1)))
 		return usage_error(cmd, "-o writes one file: give one --format (xplane, perfetto, "
 				   "pprof, json or summary)");
@@ -1059,7 +1062,8 @@ static const struct command commands[] = {
 	  "                    device (the ring that recorded the events > process >\n"
 	  "                    thread, beside its streams) or thread (each thread a\n"
 	  "                    top-level track, no process groups)\n"
-	  FILTER_HELP,
+	  FILTER_HELP
+	  "                    Both need -o, so that the session's own exports stay whole\n",
 	  TEXT_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST) | BIT(O_GROUP) | FILTER_OPTS, 1,
 	  cmd_export },
 };

@@ -80,6 +80,15 @@ def test_bad_filter_is_a_usage_error(session, args):
     assert p.returncode == 2 and args[0] in p.stderr and p.stdout == "", p
 
 
+def test_filtered_export_needs_its_own_path(session):
+    """Without -o a filtered export would replace the session's whole ones."""
+    before = sorted(p.name for p in session.iterdir())
+    p = subprocess.run([str(CLI), "export", str(session), "--pid", str(WORKER)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "give -o PATH" in p.stderr, p
+    assert sorted(p.name for p in session.iterdir()) == before
+
+
 def test_export_summary_file_says_its_filter(session, tmp_path):
     out = export(session, "summary", tmp_path / "s.txt", "--pid", str(TRAINER)).read_text()
     assert f"filter     pid {TRAINER}: only the events of process {TRAINER} " in out
