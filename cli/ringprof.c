@@ -19,6 +19,7 @@
 #include "parse.h"
 #include "export.h"
 #include "paths.h"
+#include "reader.h"
 #include "session.h"
 #include "summary.h"
 
@@ -35,7 +36,7 @@
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, N_OPTS
+	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, O_PID, O_COMM, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -58,6 +59,8 @@ static const struct option all_options[N_OPTS] = {
 	[O_OUTPUT] = { "output", required_argument, NULL, 'o' },
 	[O_HOST] = { "host", required_argument, NULL, OPT_BASE + O_HOST },
 	[O_GROUP] = { "group", required_argument, NULL, OPT_BASE + O_GROUP },
+	[O_PID] = { "pid", required_argument, NULL, OPT_BASE + O_PID },
+	[O_COMM] = { "comm", required_argument, NULL, OPT_BASE + O_COMM },
 };
 
 #define BIT(o) (1u << (o))
@@ -66,9 +69,16 @@ static const struct option all_options[N_OPTS] = {
 #define TEXT_OPTS (BIT(O_SOCKET) | BIT(O_HELP))
 #define NAMING_OPTS (BIT(O_NAME) | BIT(O_RUN) | BIT(O_REASON))
 #define SESSION_OPTS (NAMING_OPTS | BIT(O_CPU_HZ))
-
+/* Looking at one job: may be given more than once. */
+#define FILTER_OPTS (BIT(O_PID) | BIT(O_COMM))
+#define FILTER_HELP \
+	"  --pid PID,...     only these processes' events (CPU samples, ranges,\n" \
+	"                    GPU work); host-wide counters stay.  Repeatable\n" \
+	"  --comm NAME       and those of the processes of this name (comm, as ps\n" \
+	"                    shows it: its first 15 characters).  Repeatable\n"
 struct args {
 	const char *val[N_OPTS];  /* option values; O_JSON non-NULL when given */
+	struct rp_reader_filter filter; /* --pid and --comm, each time given */
 	char **pos;               /* positional arguments */
 	int npos;
 	struct rp_client *client;
@@ -188,6 +198,7 @@ static int get_options(const struct command *cmd, unsigned mask, int argc, char 
 	optind = 0;  /* GNU getopt: start over, this is a new argv */
 	opterr = 0;
 	int c;
+	struct rp_err err = { 0 };
 	/* '+' before the command: stop there, its options are its own. */
 	const char *shortopts = !cmd ? "+:h" : mask & BIT(O_OUTPUT) ? ":ho:" : ":h";
 	while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
@@ -208,6 +219,14 @@ static int get_options(const struct command *cmd, unsigned mask, int argc, char 
 			return usage_error(cmd, "option '%s' needs a value", typed_option(argv, 0));
 		case '?':
 			return usage_error(cmd, "unknown option '%s'", typed_option(argv, optopt));
+		case OPT_BASE + O_PID:
+			if (rp_reader_filter_add_pids(&a->filter, optarg, &err) < 0)
+				return usage_error(cmd, "--pid: %s", err.msg);
+			break;
+		case OPT_BASE + O_COMM:
+			if (rp_reader_filter_add_comm(&a->filter, optarg, &err) < 0)
+				return usage_error(cmd, "--comm: %s", err.msg);
+			break;
 		default:
 			a->val[c - OPT_BASE] = optarg ? optarg : "";
 		}
@@ -896,7 +915,7 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 	if (rc >= 0)
 		return rc;
 	struct rp_err err = { 0 };
-	if (rp_summary_write(dir, stdout, &err) < 0) {
+	if (rp_summary_write(dir, &a->filter, stdout, &err) < 0) {
 		fprintf(stderr, "ringprof: %s\n", err.msg);
 		return EXIT_FAILURE;
 	}
@@ -914,7 +933,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 		return usage_error(cmd, "--format: %s", err.msg);
 	if (!mask)
 		return usage_error(cmd, "--format none exports nothing: name a format");
-	struct rp_export_opts opts = { 0 };
+	struct rp_export_opts opts = { .filter = &a->filter };
 	if (a->val[O_GROUP] &&
 	    rp_export_parse_grouping(a->val[O_GROUP], &opts.perfetto_grouping, &err) < 0)
 		return usage_error(cmd, "--group: %s", err.msg);
@@ -922,6 +941,9 @@ static int cmd_export(const struct command *cmd, struct args *a)
 		return usage_error(cmd, "--group groups the Perfetto trace's tracks: add perfetto "
 				   "to --format");
 	const char *out = a->val[O_OUTPUT];
+	if (!out && (a->filter.npids || a->filter.ncomms))
+		return usage_error(cmd, "--pid and --comm write one job's view: give -o PATH (and "
+				   "one --format), so that the session's own exports stay whole");
 	if (out && (mask & (mask - 1)))
 		return usage_error(cmd, "-o writes one file: give one --format (xplane, perfetto, "
 				   "pprof, json or summary)");
@@ -1009,15 +1031,19 @@ static const struct command commands[] = {
 	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },
 	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },
-	{ "summary", "SESSION",
+	{ "summary", "SESSION [--pid PID,...] [--comm NAME]",
 	  "Summarise a session: window, events per device, annotation ranges\n"
 	  "(count, mean, p50, p99, max), counters, instants, drops, the top\n"
 	  "functions of the CPU samples (self and total; symbolized here, so run\n"
-	  "it on the recording host, as root for kernel names) and CPU time per\n"
-	  "process; each host's part in turn when several hosts wrote it.\n"
-	  "SESSION is a session id or the path of a session directory.\n\n",
-	  TEXT_OPTS, 1, cmd_summary },
-	{ "export", "SESSION [--format F,...] [-o PATH] [--host H] [--group G]",
+	  "it on the recording host, as root for kernel names; C++ names\n"
+	  "demangled) and CPU time per process, with a warning for a process\n"
+	  "whose stacks look cut short (built without frame pointers); each\n"
+	  "host's part in turn when several hosts wrote it.\n"
+	  "SESSION is a session id or the path of a session directory.\n\n"
+	  FILTER_HELP,
+	  TEXT_OPTS | FILTER_OPTS, 1, cmd_summary },
+	{ "export", "SESSION [--format F,...] [-o PATH] [--host H] [--group G]\n"
+	  "                      [--pid PID,...] [--comm NAME]",
 	  "Write a session, from its raw chunks, in the formats viewers open:\n"
 	  "  xplane    <host>.xplane.pb: XProf / TensorBoard's Profile tab\n"
 	  "  perfetto  <host>.pftrace: ui.perfetto.dev, trace_processor\n"
@@ -1025,7 +1051,8 @@ static const struct command commands[] = {
 	  "  json      <host>.json: trace events, counters, CPU samples for scripts\n"
 	  "  summary   <host>.summary.txt: what 'ringprof summary' prints\n"
 	  "Frames are symbolized here: run it on the recording host (as root for\n"
-	  "kernel names).  SESSION is a session id or a session directory.\n\n"
+	  "kernel names); C++ names are demangled.  SESSION is a session id or a\n"
+	  "session directory.\n\n"
 	  "  --format F,...    formats to write (default: all)\n"
 	  "  -o, --output PATH write one format to PATH instead of the session\n"
 	  "                    directory (for a session several hosts wrote, with --host)\n"
@@ -1034,8 +1061,11 @@ static const struct command commands[] = {
 	  "                    process (process > thread, device > stream; default),\n"
 	  "                    device (the ring that recorded the events > process >\n"
 	  "                    thread, beside its streams) or thread (each thread a\n"
-	  "                    top-level track, no process groups)\n",
-	  TEXT_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST) | BIT(O_GROUP), 1, cmd_export },
+	  "                    top-level track, no process groups)\n"
+	  FILTER_HELP
+	  "                    Both need -o, so that the session's own exports stay whole\n",
+	  TEXT_OPTS | BIT(O_FORMAT) | BIT(O_OUTPUT) | BIT(O_HOST) | BIT(O_GROUP) | FILTER_OPTS, 1,
+	  cmd_export },
 };
 
 int main(int argc, char **argv)

@@ -162,6 +162,19 @@ static int check_opts(enum rp_export_format f, const struct rp_export_opts *opts
 
 static const struct rp_export_opts default_opts;
 
+/* A reader of the manifest's part, with the options' filter. */
+static int open_reader(const char *session_dir, json_t *manifest,
+		       const struct rp_export_opts *opts, struct rp_reader **r, struct rp_err *err)
+{
+	int rc = rp_reader_open(session_dir, manifest, NULL, r, err);
+	if (rc == 0 && (rc = rp_reader_set_filter(*r, opts->filter)) < 0) {
+		rp_reader_free(*r);
+		*r = NULL;
+		rc = rp_err_set(err, rc, "out of memory for the process filter");
+	}
+	return rc;
+}
+
 int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
 		   const char *path, const struct rp_export_opts *opts, struct rp_err *err)
 {
@@ -175,7 +188,7 @@ int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_for
 		return rp_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
 	struct rp_reader *r;
 	int rc = check_opts(f, opts, err);
-	if (rc < 0 || (rc = rp_reader_open(session_dir, manifest, NULL, &r, err)) < 0)
+	if (rc < 0 || (rc = open_reader(session_dir, manifest, opts, &r, err)) < 0)
 		return rc;
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	rc = dirfd < 0 ? rp_err_set(err, -errno, "cannot open directory %s for %s: %s", dir, path,
@@ -219,7 +232,7 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		 * tables and the frames already named are shared. */
 		struct rp_reader *r = NULL;
 		struct rp_err ferr = { 0 };
-		rc = rp_reader_open(session_dir, m, NULL, &r, &ferr);
+		rc = open_reader(session_dir, m, opts, &r, &ferr);
 		for (unsigned f = 0; f < RP_EXPORT_NFORMATS; f++) {
 			if (!(mask & 1u << f))
 				continue;

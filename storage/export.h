@@ -49,12 +49,17 @@ const char *rp_export_grouping_name(enum rp_perfetto_grouping g);
 int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
 			     struct rp_err *err);
 
+struct rp_reader_filter; /* reader.h */
+
 /* How the formats are written; all zero: the defaults. */
 struct rp_export_opts {
 	enum rp_perfetto_grouping perfetto_grouping;
 	/* Set (the daemon's log directory): rp_export_session reaches the
 	 * session directory from it without following a link. */
 	const char *beneath;
+	/* Only these processes' events, in every format (see reader.h);
+	 * NULL: every process. */
+	const struct rp_reader_filter *filter;
 };
 
 /* One host's part (manifest: an element of rp_session_manifests) of the

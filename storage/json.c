@@ -9,7 +9,7 @@
  *     thread_id, device, group, args}],
  *   counters [{name, device, timestamp, value, process_id}],
  *   cpu_samples [{timestamp, pid, tid, cpu, comm, kernel_frames,
- *     frames}],
+ *     frames, mangled}],
  *   drops [{timestamp, device, pid, tid, count}],
  *   corrupt_chunks
  *
@@ -20,7 +20,10 @@
  * device_index, and bytes for copies and sets; an unknown kind of GPU
  * activity is gpu_activity).  group is the thread's
  * name ("thread TID" without one), or "stream N" for GPU activity.
- * frames are leaf first, named as the summary names them.  Pid 0 (no
+ * frames are leaf first, named as the summary names them (C++ names
+ * demangled); mangled, only in samples with a demangled frame, is
+ * parallel to frames: the symbol as the binary spells it, or null for a
+ * frame whose name was not demangled.  Pid 0 (no
  * process: system-wide counters) is listed only when it has a name.
  *
  * Elements come in the session's order: device by device, each thread's
@@ -52,7 +55,7 @@ struct frame {
 	uint64_t addr;
 	uint32_t pid;
 	bool kernel, used;
-	char *name;
+	char *name, *mangled; /* mangled: NULL unless name was demangled */
 };
 
 /* The arrays, in the file's order; NO_ELEMENT for events that have none
@@ -269,16 +272,16 @@ static uint64_t frame_hash(const void *e)
 	return frame_key_hash(f->pid, f->addr, f->kernel);
 }
 
-/* The name of the frame at addr (already a return address less one),
- * looked up the first time: NULL without memory. */
-static const char *frame_name(struct jout *o, uint32_t pid, uint64_t addr, bool kernel)
+/* The frame at addr (already a return address less one), named the
+ * first time: NULL without memory. */
+static const struct frame *frame_of(struct jout *o, uint32_t pid, uint64_t addr, bool kernel)
 {
 	uint32_t kpid = kernel ? 0 : pid;
 	size_t h = frame_key_hash(kpid, addr, kernel), i = h & o->frames_mask;
 	for (; o->frames && o->frames[i].used; i = (i + 1) & o->frames_mask) {
 		const struct frame *f = &o->frames[i];
 		if (f->addr == addr && f->pid == kpid && f->kernel == kernel)
-			return f->name;
+			return f;
 	}
 	if (rp_table_reserve(&o->frames, &o->frames_mask, o->nframes, sizeof(*o->frames), frame_used,
 			     frame_hash, RP_TABLE_FIRST) < 0)
@@ -287,14 +290,17 @@ static const char *frame_name(struct jout *o, uint32_t pid, uint64_t addr, bool 
 	char buf[SYM_NAME_MAX];
 	rp_symbolize(rp_reader_symbolizer(o->r), pid, addr, kernel, &sym);
 	char *name = strdup(rp_symbol_name(&sym, buf, sizeof(buf)));
-	if (!name)
+	char *mangled = sym.mangled ? strdup(sym.mangled) : NULL;
+	if (!name || (sym.mangled && !mangled)) {
+		free(name);
 		return NULL;
+	}
 	for (i = h & o->frames_mask; o->frames[i].used; i = (i + 1) & o->frames_mask)
 		;
 	o->frames[i] = (struct frame){ .addr = addr, .pid = kpid, .kernel = kernel, .used = true,
-				       .name = name };
+				       .name = name, .mangled = mangled };
 	o->nframes++;
-	return name;
+	return &o->frames[i];
 }
 
 /* Starts an element of the current array. */
@@ -435,6 +441,13 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 	return rc;
 }
 
+/* Frame i of a CPU sample (leaf first). */
+static const struct frame *sample_frame(struct jout *o, const struct rp_event *ev, unsigned i)
+{
+	return frame_of(o, ev->pid, rp_frame_address(ev->u.sample.frames, ev->u.sample.nkernel, i),
+			i < ev->u.sample.nkernel);
+}
+
 static int cpu_sample(struct jout *o, const struct rp_reader_event *e)
 {
 	const struct rp_event *ev = e->ev;
@@ -455,16 +468,28 @@ static int cpu_sample(struct jout *o, const struct rp_reader_event *e)
 	PUT(o, ",\"kernel_frames\":");
 	put_u64(o, ev->u.sample.nkernel);
 	PUT(o, ",\"frames\":[");
+	/* Looked up again for mangled: the table may grow while naming. */
+	bool any_mangled = false;
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
-		const char *name = frame_name(o, ev->pid, rp_frame_address(ev->u.sample.frames,
-						ev->u.sample.nkernel, i), i < ev->u.sample.nkernel);
-		if (!name)
+		const struct frame *f = sample_frame(o, ev, i);
+		if (!f)
 			return -ENOMEM;
 		if (i)
 			PUT(o, ",");
-		put_str(o, name);
+		put_str(o, f->name);
+		any_mangled |= f->mangled != NULL;
 	}
-	PUT(o, "]}");
+	PUT(o, "]");
+	if (any_mangled) {
+		PUT(o, ",\"mangled\":[");
+		for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
+			if (i)
+				PUT(o, ",");
+			put_str_or_null(o, sample_frame(o, ev, i)->mangled);
+		}
+		PUT(o, "]");
+	}
+	PUT(o, "}");
 	return 0;
 }
 
@@ -656,8 +681,10 @@ int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err)
 		rc = rp_err_set(err, -o->error, "cannot write the JSON export: %s%s",
 				strerror(o->error),
 				o->error == ENOSPC ? " (free space on its file system)" : "");
-	for (size_t i = 0; o->frames && i <= o->frames_mask; i++)
+	for (size_t i = 0; o->frames && i <= o->frames_mask; i++) {
 		free(o->frames[i].name);
+		free(o->frames[i].mangled);
+	}
 	free(o->frames);
 	free(o->threads);
 	free(o);

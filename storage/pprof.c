@@ -94,7 +94,7 @@ struct location {
 };
 
 struct function {
-	int64_t name, file; /* string indices */
+	int64_t name, system_name, file; /* string indices */
 };
 
 struct agg {
@@ -219,7 +219,7 @@ static bool loc_eq(const void *ctx, uint32_t id, const void *key)
 static bool func_eq(const void *ctx, uint32_t id, const void *key)
 {
 	const struct function *f = &((const struct agg *)ctx)->funcs[id - 1], *k = key;
-	return f->name == k->name && f->file == k->file;
+	return f->name == k->name && f->system_name == k->system_name && f->file == k->file;
 }
 
 static bool mapping_eq(const void *ctx, uint32_t id, const void *key)
@@ -243,17 +243,16 @@ static uint64_t mapping_id(struct agg *a, int64_t module)
 	return sl->id;
 }
 
-static uint64_t function_id(struct agg *a, int64_t name, int64_t file)
+static uint64_t function_id(struct agg *a, const struct function *key)
 {
-	struct function key = { name, file };
-	uint32_t hash = fold(rp_hash_u64(rp_hash_u64((uint64_t)name) ^ (uint64_t)file));
-	struct slot *sl = index_find(&a->func_ix, hash, func_eq, a, &key);
+	uint32_t hash = fold(rp_hash_u64(rp_hash_u64((uint64_t)key->name) ^ (uint64_t)key->file));
+	struct slot *sl = index_find(&a->func_ix, hash, func_eq, a, key);
 	if (!sl)
 		return 0;
 	if (!sl->id) {
 		if (rp_array_reserve(&a->funcs, &a->funcs_cap, a->nfuncs + 1, sizeof(*a->funcs)) < 0)
 			return 0;
-		a->funcs[a->nfuncs++] = key;
+		a->funcs[a->nfuncs++] = *key;
 		index_take(&a->func_ix, sl, (uint32_t)a->nfuncs, hash);
 	}
 	return sl->id;
@@ -275,11 +274,14 @@ static uint64_t location_id(struct agg *a, uint32_t pid, uint64_t addr, bool ker
 	char buf[SYM_NAME_MAX];
 	rp_symbolize(rp_reader_symbolizer(a->r), pid, addr, kernel, &sym);
 	const char *module = sym.module ? sym.module : kernel ? "[kernel]" : "[unknown]";
-	int64_t name = intern(a, rp_symbol_name(&sym, buf, sizeof(buf)));
-	int64_t file = intern(a, sym.file ? sym.file : "");
+	/* The name people read, and the symbol as the binary has it (the
+	 * mangled C++ name) in system_name. */
+	struct function fn = { .name = intern(a, rp_symbol_name(&sym, buf, sizeof(buf))),
+			       .file = intern(a, sym.file ? sym.file : "") };
+	fn.system_name = sym.mangled ? intern(a, sym.mangled) : fn.name;
 	int64_t mod = intern(a, module);
-	if (name < 0 || file < 0 || mod < 0 ||
-	    !(key.mapping_id = mapping_id(a, mod)) || !(key.function_id = function_id(a, name, file)) ||
+	if (fn.name < 0 || fn.system_name < 0 || fn.file < 0 || mod < 0 ||
+	    !(key.mapping_id = mapping_id(a, mod)) || !(key.function_id = function_id(a, &fn)) ||
 	    rp_array_reserve(&a->locs, &a->locs_cap, a->nlocs + 1, sizeof(*a->locs)) < 0)
 		return 0;
 	key.line = sym.line;
@@ -471,7 +473,8 @@ static int emit(struct agg *a, FILE *out, struct rp_err *err)
 		perftools__profiles__function__init(&funcs[i]);
 		func_ptrs[i] = &funcs[i];
 		funcs[i].id = i + 1;
-		funcs[i].name = funcs[i].system_name = a->funcs[i].name;
+		funcs[i].name = a->funcs[i].name;
+		funcs[i].system_name = a->funcs[i].system_name;
 		funcs[i].filename = a->funcs[i].file;
 	}
 	for (size_t i = 0; i < nm; i++) {

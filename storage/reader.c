@@ -52,6 +52,11 @@ struct rp_reader {
 	size_t nrates, rates_cap;
 	struct rp_symbolizer *sym;
 
+	bool filtered;
+	struct rp_reader_filter filter;
+	uint32_t *keep; /* filtered: the pids whose events pass, sorted */
+	size_t nkeep;
+
 	struct thread_stack *stacks;
 	size_t stacks_mask, nstacks;
 	bool out_of_memory; /* for open ranges, in rp_reader_each */
@@ -241,6 +246,7 @@ void rp_reader_free(struct rp_reader *r)
 	}
 	free(r->names);
 	free(r->rates);
+	free(r->keep);
 	for (size_t i = 0; r->stacks && i <= r->stacks_mask; i++)
 		free(r->stacks[i].open);
 	free(r->stacks);
@@ -421,6 +427,119 @@ uint64_t rp_reader_corrupt_chunks(const struct rp_reader *r)
 	return r->corrupt;
 }
 
+/* ---- looking at one job ------------------------------------------------ */
+
+int rp_reader_filter_add_pids(struct rp_reader_filter *f, const char *list, struct rp_err *err)
+{
+	const char *p = list;
+	do {
+		char *end;
+		errno = 0;
+		unsigned long pid = strtoul(p, &end, 10);
+		if (end == p || (*end && *end != ',') || errno || pid > UINT32_MAX || *p == '-')
+			return rp_err_set(err, -EINVAL, "'%s' is not a pid or a comma-separated list of "
+					  "pids (4242 or 4242,4243)", list);
+		if (f->npids == RP_FILTER_MAX)
+			return rp_err_set(err, -EINVAL, "more than %d pids: look at fewer processes at "
+					  "once", RP_FILTER_MAX);
+		f->pids[f->npids++] = (uint32_t)pid;
+		p = *end ? end + 1 : end;
+	} while (*p);
+	return 0;
+}
+
+int rp_reader_filter_add_comm(struct rp_reader_filter *f, const char *name, struct rp_err *err)
+{
+	if (!*name)
+		return rp_err_set(err, -EINVAL, "an empty process name: give the name ps shows in "
+				  "its COMMAND column (comm)");
+	if (f->ncomms == RP_FILTER_MAX)
+		return rp_err_set(err, -EINVAL, "more than %d process names: look at fewer processes "
+				  "at once", RP_FILTER_MAX);
+	f->comms[f->ncomms++] = name;
+	return 0;
+}
+
+const char *rp_reader_filter_text(const struct rp_reader_filter *f, char *buf, size_t len)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (unsigned i = 0; f && i < f->npids + f->ncomms && n < len; i++) {
+		int w = i < f->npids ? snprintf(buf + n, len - n, "%spid %u", i ? ", " : "", f->pids[i])
+				     : snprintf(buf + n, len - n, "%scomm %s", i ? ", " : "",
+						f->comms[i - f->npids]);
+		n += w > 0 ? (size_t)w : 0;
+	}
+	return buf;
+}
+
+/* The kernel keeps 15 bytes of a process's name (comm): a longer name
+ * given matches it by those. */
+#define COMM_LEN 15
+
+static bool comm_matches(const struct rp_reader_filter *f, const char *name)
+{
+	for (unsigned i = 0; name && i < f->ncomms; i++)
+		if (strcmp(f->comms[i], name) == 0 ||
+		    (strlen(name) == COMM_LEN && strncmp(f->comms[i], name, COMM_LEN) == 0))
+			return true;
+	return false;
+}
+
+static int by_pid(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f)
+{
+	free(r->keep);
+	r->keep = NULL;
+	r->nkeep = 0;
+	r->filtered = f && (f->npids || f->ncomms);
+	if (!r->filtered)
+		return 0;
+	r->filter = *f;
+	size_t cap = f->npids;
+	for (size_t i = 0; r->names && i <= r->names_mask; i++)
+		cap += r->names[i].used && !(uint32_t)r->names[i].key;
+	if (!(r->keep = malloc((cap ? cap : 1) * sizeof(*r->keep))))
+		return -ENOMEM;
+	memcpy(r->keep, f->pids, f->npids * sizeof(*r->keep));
+	r->nkeep = f->npids;
+	for (size_t i = 0; r->names && i <= r->names_mask; i++) {
+		const struct name_entry *e = &r->names[i];
+		if (e->used && !(uint32_t)e->key && comm_matches(f, e->name))
+			r->keep[r->nkeep++] = (uint32_t)(e->key >> 32);
+	}
+	qsort(r->keep, r->nkeep, sizeof(*r->keep), by_pid);
+	size_t n = 0; /* a pid given and matched by name counts once */
+	for (size_t i = 0; i < r->nkeep; i++)
+		if (!n || r->keep[n - 1] != r->keep[i])
+			r->keep[n++] = r->keep[i];
+	r->nkeep = n;
+	return 0;
+}
+
+const struct rp_reader_filter *rp_reader_filter(const struct rp_reader *r, const uint32_t **pids,
+						size_t *npids)
+{
+	*pids = r->keep;
+	*npids = r->nkeep;
+	return r->filtered ? &r->filter : NULL;
+}
+
+/* Whether the filter lets ev pass (see struct rp_reader_filter). */
+static bool passes(const struct rp_reader *r, const struct rp_event *ev)
+{
+	if (!r->filtered)
+		return true;
+	if (r->nkeep && bsearch(&ev->pid, r->keep, r->nkeep, sizeof(*r->keep), by_pid))
+		return true;
+	return ev->pid == 0 && ev->kind != RP_EV_CPU_SAMPLE;
+}
+
 struct each_ctx {
 	rp_reader_fn fn;
 	void *ctx;
@@ -451,7 +570,7 @@ static int pop_range(struct thread_stack *st, const struct rp_event *ev, size_t 
 static int window_event(struct rp_reader *r, size_t device, const struct rp_event *ev, void *ctx)
 {
 	struct each_ctx *e = ctx;
-	if (is_metadata(ev->kind) || ev->ts < r->t0 || ev->ts > r->t1)
+	if (is_metadata(ev->kind) || ev->ts < r->t0 || ev->ts > r->t1 || !passes(r, ev))
 		return 0;
 	if (ev->kind == RP_EV_CPU_SAMPLE && !ev->u.sample.frames) {
 		/* A sample without a stack: writers may copy its frames. */

@@ -61,6 +61,36 @@ double rp_reader_sample_hz_at(const struct rp_reader *r, uint64_t ts);
 /* Names CPU sample frames; holds every recorded mapping. */
 struct rp_symbolizer *rp_reader_symbolizer(struct rp_reader *r);
 
+/* Looking at one job: only the events of the processes named by pid or
+ * by name (the process's recorded name, its comm) pass rp_reader_each;
+ * host-wide events (pid 0: counters, the sampler's lost samples) pass
+ * too, except CPU samples (pid 0 is the idle task).  No pid and no name:
+ * every event.  Names are borrowed for the reader's life. */
+#define RP_FILTER_MAX 64
+struct rp_reader_filter {
+	uint32_t pids[RP_FILTER_MAX];
+	unsigned npids;
+	const char *comms[RP_FILTER_MAX];
+	unsigned ncomms;
+};
+
+/* A pid list as typed ("4242" or "4242,4243") or a name, into f.
+ * -EINVAL (not a pid, over RP_FILTER_MAX of them) with a message. */
+int rp_reader_filter_add_pids(struct rp_reader_filter *f, const char *list, struct rp_err *err);
+int rp_reader_filter_add_comm(struct rp_reader_filter *f, const char *name, struct rp_err *err);
+/* f in words for a header, "pid 4242, comm trainer"; "" for no filter. */
+const char *rp_reader_filter_text(const struct rp_reader_filter *f, char *buf, size_t len);
+
+/* From now on rp_reader_each hands on only what f lets pass (NULL: all;
+ * copied).  Names match the processes whose recorded name is one of
+ * them.  -ENOMEM. */
+int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f);
+/* The filter in force: NULL when none; *pids (sorted) and the count
+ * returned: the processes it lets pass, those given by pid and those
+ * whose name matched. */
+const struct rp_reader_filter *rp_reader_filter(const struct rp_reader *r, const uint32_t **pids,
+						size_t *npids);
+
 struct rp_reader_event {
 	const struct rp_event *ev; /* borrowed for the callback */
 	size_t device;             /* index, see rp_reader_device_name */

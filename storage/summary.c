@@ -25,6 +25,13 @@
 #define TOP_TOTAL 10
 #define TOP_PROCS 20
 #define FUNC_NAME_MAX 512
+/* A process's stacks look cut short when more than half of its samples
+ * with user frames have only one or two of them (a frame pointer walk
+ * that met code built without frame pointers), once it has this many. */
+#define SHALLOW_FRAMES 2
+#define SHALLOW_MIN_SAMPLES 20
+/* Where a process's short stacks end: the first few files, counted. */
+#define SHALLOW_ENDS 4
 
 /* One line of the summary: a range name, a counter or an instant. */
 struct stat_entry {
@@ -52,6 +59,11 @@ struct proc_stat {
 	uint32_t pid;
 	uint64_t samples;
 	double cpu_s;       /* each sample is 1/rate of a second */
+	uint64_t user_samples, shallow; /* with user frames; of which SHALLOW_FRAMES or fewer */
+	struct {
+		const char *module; /* the symbolizer's; NULL: no file */
+		uint64_t n;
+	} ends[SHALLOW_ENDS];       /* the outermost frame's file of shallow stacks */
 };
 
 struct tally {
@@ -158,6 +170,18 @@ static struct proc_stat *find_proc(struct tally *t, uint32_t pid)
 	return &t->procs[i];
 }
 
+/* A shallow stack of p's ended in module: counted among the first
+ * SHALLOW_ENDS files seen. */
+static void count_end(struct proc_stat *p, const char *module)
+{
+	for (unsigned i = 0; i < SHALLOW_ENDS; i++)
+		if (p->ends[i].module == module || !p->ends[i].n) {
+			p->ends[i].module = module;
+			p->ends[i].n++;
+			return;
+		}
+}
+
 /* Every frame is symbolized; the leaf counts as self time, and each
  * function on the stack once as total time. */
 static void count_sample(struct tally *t, const struct rp_event *ev)
@@ -170,11 +194,18 @@ static void count_sample(struct tally *t, const struct rp_event *ev)
 		if (hz > 0)
 			p->cpu_s += 1.0 / hz;
 	}
+	unsigned nuser = ev->u.sample.nframes - ev->u.sample.nkernel;
+	if (p && nuser) {
+		p->user_samples++;
+		p->shallow += nuser <= SHALLOW_FRAMES;
+	}
 	for (unsigned i = 0; i < ev->u.sample.nframes; i++) {
 		struct rp_symbol sym;
 		char name[FUNC_NAME_MAX];
 		rp_symbolize(t->sym, ev->pid, rp_frame_address(ev->u.sample.frames, ev->u.sample.nkernel, i),
 			     i < ev->u.sample.nkernel, &sym);
+		if (p && nuser && nuser <= SHALLOW_FRAMES && i + 1 == ev->u.sample.nframes)
+			count_end(p, sym.module);
 		struct func_stat *f = find_func(t, rp_symbol_name(&sym, name, sizeof(name)),
 						sym.module);
 		if (!f)
@@ -372,6 +403,34 @@ static void print_processes(FILE *out, struct tally *t)
 	}
 }
 
+/* Processes whose stacks look cut short, and why: the sampler walks frame
+ * pointers, which code built without them (most distributions' libraries:
+ * libpython, libstdc++, XLA, libtorch) does not keep.  After
+ * print_processes, which packs the table. */
+static void print_shallow(FILE *out, const struct tally *t)
+{
+	for (size_t i = 0; i <= t->procs_mask && t->procs[i].used; i++) {
+		const struct proc_stat *p = &t->procs[i];
+		if (p->user_samples < SHALLOW_MIN_SAMPLES || 2 * p->shallow <= p->user_samples)
+			continue;
+		unsigned top = 0;
+		for (unsigned k = 1; k < SHALLOW_ENDS; k++)
+			top = p->ends[k].n > p->ends[top].n ? k : top;
+		char name[17], module[81];
+		const char *pname = rp_reader_process_name(t->r, p->pid);
+		fprintf(out, "\nwarning: the stacks of %s (pid %u) look cut short: %.0f%% of its %llu "
+			"samples have at most %d user frames, the outermost mostly in %s, likely "
+			"built without frame pointers (the sampler walks them).  Rebuild it with "
+			"-fno-omit-frame-pointer; for Python, use a libpython built so (3.12+ with "
+			"-X perf then names the Python functions too)\n",
+			pname ? one_line(pname, name, sizeof(name)) : "?", p->pid,
+			100.0 * (double)p->shallow / (double)p->user_samples,
+			(unsigned long long)p->user_samples, SHALLOW_FRAMES,
+			p->ends[top].module ? one_line(p->ends[top].module, module, sizeof(module))
+					    : "code outside any mapped file");
+	}
+}
+
 /* Why frames stayed unnamed, when it is something the reader can fix. */
 static void print_symbol_notes(FILE *out, const struct tally *t)
 {
@@ -392,6 +451,24 @@ static void print_symbol_notes(FILE *out, const struct tally *t)
 			"module+offset\n", (unsigned long long)st.unreadable);
 }
 
+/* What the summary was narrowed to, and the processes that matched. */
+static void print_filter(FILE *out, const struct rp_reader *r)
+{
+	const uint32_t *pids;
+	size_t n;
+	const struct rp_reader_filter *f = rp_reader_filter(r, &pids, &n);
+	if (!f)
+		return;
+	char text[1024], line[1024];
+	fprintf(out, "filter     %s: ", one_line(rp_reader_filter_text(f, text, sizeof(text)), line,
+						 sizeof(line)));
+	if (!n)
+		fprintf(out, "no process of the session matches\n");
+	for (size_t i = 0; i < n; i++)
+		fprintf(out, "%s%u%s", i ? ", " : "only the events of process ", pids[i],
+			i + 1 == n ? " (and host-wide counters)\n" : "");
+}
+
 static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt)
 {
 	fprintf(out, "session    %s (run %s, %s, %s)\n",
@@ -406,6 +483,7 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 	const char *reason = json_string_value(json_object_get(trigger, "reason"));
 	fprintf(out, "trigger    %s%s%s\n", json_string_value(json_object_get(trigger, "source")),
 		reason ? ": " : "", reason ? reason : "");
+	print_filter(out, t->r);
 	fprintf(out, "\n%-12s %12s %10s %8s\n", "device", "events", "dropped", "lost");
 	size_t i;
 	json_t *dev;
@@ -461,6 +539,7 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 	if (t->samples) {
 		print_functions(out, t);
 		print_processes(out, t);
+		print_shallow(out, t);
 		print_symbol_notes(out, t);
 	}
 	fprintf(out, "\n%llu events in the window, %llu CPU samples, %llu dropped by producers",
@@ -499,7 +578,8 @@ int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err)
 	return rc;
 }
 
-int rp_summary_write(const char *session_dir, FILE *out, struct rp_err *err)
+int rp_summary_write(const char *session_dir, const struct rp_reader_filter *filter, FILE *out,
+		     struct rp_err *err)
 {
 	json_t *all, *m;
 	int rc = rp_session_manifests(session_dir, &all, err);
@@ -515,7 +595,10 @@ int rp_summary_write(const char *session_dir, FILE *out, struct rp_err *err)
 		if (i)
 			fputc('\n', out);
 		struct rp_reader *r = NULL;
-		if ((rc = rp_reader_open(session_dir, m, NULL, &r, err)) == 0)
+		if ((rc = rp_reader_open(session_dir, m, NULL, &r, err)) == 0 &&
+		    (rc = rp_reader_set_filter(r, filter)) < 0)
+			rp_err_set(err, rc, "out of memory for the process filter");
+		if (rc == 0)
 			rc = rp_write_summary(r, out, err);
 		rp_reader_free(r);
 	}

@@ -4,7 +4,9 @@
  * functions of the CPU samples (self and total, symbolized here: see
  * symbolize.h) and CPU time per process (each sample stands for
  * 1 / cpu_sampler_hz of a second, the rate in force when it was taken);
- * for a session several hosts wrote, each host's part in turn.
+ * for a session several hosts wrote, each host's part in turn.  A process
+ * whose stacks look cut short (most of its samples one or two user frames
+ * deep) gets a warning naming the likely cause.
  *
  * Reads the session's manifest and chunk files as a stream, twice (the
  * processes' metadata first): memory depends on the number of distinct
@@ -17,6 +19,10 @@
 
 #include "err.h"
 
-int rp_summary_write(const char *session_dir, FILE *out, struct rp_err *err);
+struct rp_reader_filter; /* reader.h */
+
+/* filter: only those processes' events (NULL: all), said in the header. */
+int rp_summary_write(const char *session_dir, const struct rp_reader_filter *filter, FILE *out,
+		     struct rp_err *err);
 
 #endif

@@ -10,6 +10,11 @@
 #include <string.h>
 
 #include "event.h"
+#include "table.h"
+
+/* libstdc++'s demangler (<cxxabi.h>, abi::__cxa_demangle), callable from
+ * C: a malloc'd name, or NULL with *status set. */
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 
 #define BUCKETS 1024
 /* A perf map may list a range again when JIT code is replaced; the entry
@@ -31,7 +36,7 @@ struct fsym {
 
 struct cached {
 	uint64_t vaddr; /* key + 1: 0 marks an empty slot */
-	const char *function, *src;
+	const char *function, *mangled, *src;
 	uint64_t offset;
 	unsigned line;
 };
@@ -76,6 +81,11 @@ struct proc {
 	char *jit_names;
 };
 
+/* A mangled name and what it demangles to (NULL: it does not). */
+struct demangled {
+	char *mangled, *name;
+};
+
 struct ksym {
 	uint64_t addr;
 	uint32_t name, module; /* offsets in karena; module 0: the kernel itself */
@@ -90,6 +100,8 @@ struct rp_symbolizer {
 	struct ksym *ksyms;
 	size_t nksyms;
 	char *karena;
+	struct demangled *names; /* open addressing by mangled name */
+	size_t names_mask, nnames;
 	struct rp_symbolizer_stats st;
 };
 
@@ -145,6 +157,11 @@ void rp_symbolizer_free(struct rp_symbolizer *s)
 			free(p);
 		}
 	}
+	for (size_t i = 0; s->names && i <= s->names_mask; i++) {
+		free(s->names[i].mangled);
+		free(s->names[i].name);
+	}
+	free(s->names);
 	free(s->ksyms);
 	free(s->karena);
 	free(s);
@@ -392,11 +409,48 @@ static struct cached *cache_slot(struct file *f, uint64_t vaddr)
 	return &f->cache[j];
 }
 
-static bool lookup_file(struct file *f, uint64_t vaddr, struct rp_symbol *out)
+/* ---- C++ names ---------------------------------------------------------- */
+
+static bool demangled_used(const void *e) { return ((const struct demangled *)e)->mangled; }
+static uint64_t demangled_hash(const void *e)
+{
+	return rp_hash_str(((const struct demangled *)e)->mangled);
+}
+
+/* out->function demangled in place, the mangled name into out->mangled;
+ * each name is demangled once (the table keeps both).  Names that are not
+ * Itanium C++ ABI ones, or do not demangle, or without memory, stay. */
+static void demangle(struct rp_symbolizer *s, struct rp_symbol *out)
+{
+	const char *fn = out->function;
+	if (!fn || strncmp(fn, "_Z", 2) != 0 ||
+	    rp_table_reserve(&s->names, &s->names_mask, s->nnames, sizeof(*s->names),
+			     demangled_used, demangled_hash, RP_TABLE_FIRST) < 0)
+		return;
+	size_t i = rp_hash_str(fn) & s->names_mask;
+	while (s->names[i].mangled && strcmp(s->names[i].mangled, fn) != 0)
+		i = (i + 1) & s->names_mask;
+	struct demangled *d = &s->names[i];
+	if (!d->mangled) {
+		int status;
+		if (!(d->mangled = strdup(fn)))
+			return;
+		d->name = __cxa_demangle(fn, NULL, NULL, &status);
+		s->nnames++;
+	}
+	if (d->name) {
+		out->function = d->name;
+		out->mangled = d->mangled;
+	}
+}
+
+static bool lookup_file(struct rp_symbolizer *s, struct file *f, uint64_t vaddr,
+			struct rp_symbol *out)
 {
 	struct cached *c = cache_slot(f, vaddr);
 	if (c && c->vaddr) {
 		out->function = c->function;
+		out->mangled = c->mangled;
 		out->offset = c->offset;
 		out->file = c->src;
 		out->line = c->line;
@@ -412,8 +466,9 @@ static bool lookup_file(struct file *f, uint64_t vaddr, struct rp_symbol *out)
 	out->offset = off;
 	out->file = src;
 	out->line = line > 0 ? (unsigned)line : 0;
+	demangle(s, out);
 	if (c) {
-		*c = (struct cached){ vaddr + 1, fn, src, off, out->line };
+		*c = (struct cached){ vaddr + 1, out->function, out->mangled, src, off, out->line };
 		f->ncache++;
 	}
 	return fn != NULL;
@@ -598,6 +653,7 @@ static void symbolize_user(struct rp_symbolizer *s, uint32_t pid, uint64_t ip,
 			out->function = p->jit_names + j->name;
 			out->module = "[jit]";
 			out->offset = ip - j->start;
+			demangle(s, out);
 		}
 		return;
 	}
@@ -611,7 +667,7 @@ static void symbolize_user(struct rp_symbolizer *s, uint32_t pid, uint64_t ip,
 	s->st.unreadable += f->state == F_UNREADABLE;
 	if (f->state != F_OK || !offset_to_vaddr(f, off, &vaddr))
 		return;
-	if (!lookup_file(f, vaddr, out)) {
+	if (!lookup_file(s, f, vaddr, out)) {
 		out->offset = off; /* no symbol: stay with the file offset */
 		out->function = NULL;
 	}
@@ -638,9 +694,7 @@ void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kerne
 const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len)
 {
 	if (sym->function)
-		snprintf(buf, len, "%s", sym->function);
-	else
-		snprintf(buf, len, "%s+0x%" PRIx64, sym->module ? sym->module : "[unknown]",
-			 sym->offset);
+		return sym->function; /* whole: demangled C++ names run long */
+	snprintf(buf, len, "%s+0x%" PRIx64, sym->module ? sym->module : "[unknown]", sym->offset);
 	return buf;
 }

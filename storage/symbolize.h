@@ -14,7 +14,13 @@
  *
  * A frame that cannot be named keeps module+0xOFFSET (the file offset),
  * or [unknown]+0xADDRESS without a mapping.  Results are cached per file
- * and address.  Single threaded. */
+ * and address.
+ *
+ * C++ names (Itanium ABI "_Z...", which legacy Rust names follow too) are
+ * demangled by libstdc++'s __cxa_demangle, each symbol once per
+ * symbolizer; the mangled name is kept beside it for the formats that
+ * have room for both.  A name that does not demangle stays as it is.
+ * Single threaded. */
 #ifndef RINGPROF_SYMBOLIZE_H
 #define RINGPROF_SYMBOLIZE_H
 
@@ -32,7 +38,9 @@ struct rp_symbolizer_opts {
 /* What a frame is.  Strings are the symbolizer's: valid until it is
  * freed. */
 struct rp_symbol {
-	const char *function; /* NULL when unnamed */
+	const char *function; /* NULL when unnamed; demangled (see mangled) */
+	const char *mangled;  /* the symbol as the binary spells it, when
+				 function is its demangled form; else NULL */
 	const char *module;   /* file name of the mapping, "[kernel]" or "[MODULE]"
 				 for the kernel, "[jit]" for perf maps; NULL: none */
 	uint64_t offset;      /* from the function's start; unnamed: from the
@@ -76,8 +84,9 @@ uint64_t rp_frame_address(const uint64_t *frames, unsigned nkernel, unsigned i);
 void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kernel,
 		  struct rp_symbol *out);
 
-/* The frame's name as exports show it: the function, else module+0xOFFSET,
- * else [unknown]+0xADDRESS.  Returns buf. */
+/* The frame's name as exports show it: the function (the symbolizer's
+ * string, whole), else module+0xOFFSET or [unknown]+0xADDRESS written
+ * into buf. */
 const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len);
 
 void rp_symbolizer_stats(const struct rp_symbolizer *s, struct rp_symbolizer_stats *st);

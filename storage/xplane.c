@@ -173,10 +173,17 @@ struct name_slot {
 	uint32_t hash;
 };
 
+/* An event metadata's name, and the name shown for it when they differ
+ * (a C++ frame: the mangled symbol, shown demangled); one allocation. */
+struct event_name {
+	char *name;
+	const char *display; /* NULL: the name */
+};
+
 /* Event metadata names of a plane: id = index + 1. */
 struct plane {
 	char name[RP_NAME_MAX + 32];
-	char **names;
+	struct event_name *names;
 	size_t nnames, names_cap;
 	struct name_slot *slots; /* open addressing */
 	size_t slots_mask;
@@ -303,9 +310,9 @@ static uint32_t *table_get(struct table *t, uint64_t a, uint64_t b)
 static bool name_used(const void *e) { return ((const struct name_slot *)e)->id != 0; }
 static uint64_t name_hash(const void *e) { return ((const struct name_slot *)e)->hash; }
 
-/* The event metadata id of name on plane p, made when new; 0 without
- * memory. */
-static uint32_t intern(struct xw *w, size_t p, const char *name)
+/* The event metadata id of name on plane p, made when new, shown as
+ * display (NULL: as its name); 0 without memory. */
+static uint32_t intern_shown(struct xw *w, size_t p, const char *name, const char *display)
 {
 	struct plane *pl = &w->planes[p];
 	if (rp_table_reserve(&pl->slots, &pl->slots_mask, pl->nnames, sizeof(*pl->slots), name_used,
@@ -314,17 +321,26 @@ static uint32_t intern(struct xw *w, size_t p, const char *name)
 	uint32_t h = (uint32_t)rp_hash_str(name);
 	size_t i = h & pl->slots_mask;
 	for (; pl->slots[i].id; i = (i + 1) & pl->slots_mask)
-		if (pl->slots[i].hash == h && strcmp(pl->names[pl->slots[i].id - 1], name) == 0)
+		if (pl->slots[i].hash == h && strcmp(pl->names[pl->slots[i].id - 1].name, name) == 0)
 			return pl->slots[i].id;
-	char *copy = strdup(name);
+	size_t n = strlen(name) + 1, d = display ? strlen(display) + 1 : 0;
+	char *copy = malloc(n + d);
 	if (!copy || rp_array_reserve(&pl->names, &pl->names_cap, pl->nnames + 1,
 				      sizeof(*pl->names)) < 0) {
 		free(copy);
 		return 0;
 	}
-	pl->names[pl->nnames++] = copy;
+	memcpy(copy, name, n);
+	if (display)
+		memcpy(copy + n, display, d);
+	pl->names[pl->nnames++] = (struct event_name){ copy, display ? copy + n : NULL };
 	pl->slots[i] = (struct name_slot){ .id = (uint32_t)pl->nnames, .hash = h };
 	return pl->slots[i].id;
+}
+
+static uint32_t intern(struct xw *w, size_t p, const char *name)
+{
+	return intern_shown(w, p, name, NULL);
 }
 
 /* The line of (role, pid, id) on plane p, made when new; NULL without
@@ -552,9 +568,12 @@ static uint32_t frame_meta(struct xw *w, uint32_t pid, uint64_t ip, bool kernel)
 	if (!slot || *slot)
 		return slot ? *slot : 0;
 	struct rp_symbol sym;
-	char name[512];
+	char buf[128];
 	rp_symbolize(rp_reader_symbolizer(w->r), pid, ip, kernel, &sym);
-	return *slot = intern(w, 0, rp_symbol_name(&sym, name, sizeof(name)));
+	const char *name = rp_symbol_name(&sym, buf, sizeof(buf));
+	/* A C++ frame: named by its symbol, shown demangled (XProf's trace
+	 * viewer shows the display name, the name as its long_name). */
+	return *slot = sym.mangled ? intern_shown(w, 0, sym.mangled, name) : intern(w, 0, name);
 }
 
 static int on_sample(struct xw *w, const struct rp_event *ev)
@@ -986,7 +1005,9 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 	for (size_t i = 0; i < pl->nnames; i++) {
 		tensorflow__profiler__xevent_metadata__init(&em[i]);
 		em[i].id = (int64_t)i + 1;
-		em[i].name = pl->names[i];
+		em[i].name = pl->names[i].name;
+		if (pl->names[i].display)
+			em[i].display_name = (char *)pl->names[i].display;
 		tensorflow__profiler__xplane__event_metadata_entry__init(&ee[i]);
 		ee[i].key = em[i].id;
 		ee[i].value = &em[i];
@@ -1091,7 +1112,7 @@ static void free_xw(struct xw *w)
 	free(w->lines);
 	for (size_t p = 0; p < w->nplanes; p++) {
 		for (size_t i = 0; i < w->planes[p].nnames; i++)
-			free(w->planes[p].names[i]);
+			free(w->planes[p].names[i].name);
 		free(w->planes[p].names);
 		free(w->planes[p].slots);
 	}

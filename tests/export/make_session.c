@@ -2,6 +2,7 @@
  * exporters' tests (tests/export/test_*.py).
  *
  *   make-session OUTDIR [--host H] [--steps N] [--samples-per-step K]
+ *                       [--worker-samples W]
  *
  * Prints the session directory, OUTDIR/plugins/profile/synth.  With
  * T0 = 1 s (host clock), step i = 0..N-1 starting at s = T0 + 2 ms + i*10 ms
@@ -22,7 +23,14 @@
  * device "gpu0": per step counter sm_active = 0.8 at s; memcpy
  * "memcpy_htod" [s+1.2ms, s+1.6ms] of 1 MiB on stream 7; API call
  * "cudaLaunchKernel" on 4242 at s+1.5ms for 20us; kernel "gemm_kernel"
- * [s+2ms, s+3.5ms] on stream 7, correlation i+1. */
+ * [s+2ms, s+3.5ms] on stream 7, correlation i+1.
+ *
+ * With --worker-samples W, also on "host": process 4244 "worker"
+ * ("worker --jobs 2"), its thread 4244, this program's mappings as its
+ * own; per step a "job" range [s, s+5ms] on 4244 and W samples on 4244
+ * (cpu (i+1)%4) at s + j*10ms/W + 2us, each of two frames: the C++
+ * function synth::Kernel<float>::run(int) (synth_hot_c when the tests
+ * were built without C++) called from main. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +50,9 @@ static unsigned number(const char *s, const char *what)
 	return (unsigned)v;
 }
 
+static const char usage[] = "usage: make-session OUTDIR [--host H] [--steps N] "
+			    "[--samples-per-step K] [--worker-samples W]\n";
+
 int main(int argc, char **argv)
 {
 	const char *outdir = NULL, *host = "synthhost";
@@ -53,16 +64,17 @@ int main(int argc, char **argv)
 			steps = number(argv[++i], "--steps");
 		else if (strcmp(argv[i], "--samples-per-step") == 0 && i + 1 < argc)
 			k = number(argv[++i], "--samples-per-step");
+		else if (strcmp(argv[i], "--worker-samples") == 0 && i + 1 < argc)
+			synth_worker_samples = number(argv[++i], "--worker-samples");
 		else if (argv[i][0] != '-' && !outdir)
 			outdir = argv[i];
 		else {
-			fprintf(stderr, "usage: make-session OUTDIR [--host H] [--steps N] "
-				"[--samples-per-step K]\n");
+			fputs(usage, stderr);
 			return 2;
 		}
 	}
 	if (!outdir) {
-		fprintf(stderr, "usage: make-session OUTDIR [--host H] [--steps N] [--samples-per-step K]\n");
+		fputs(usage, stderr);
 		return 2;
 	}
 	char dir[PATH_MAX];

@@ -15,6 +15,7 @@
 
 #define PID 4242u
 #define LOADER 4243u
+#define WORKER 4244u
 #define CHUNK_MAX (1u << 20)
 /* Sealed every so many events, as the daemon seals its slots: readers
  * meet many chunks, and memory per chunk stays small. */
@@ -27,6 +28,12 @@ __attribute__((noinline)) void synth_hot_c(void) { __asm__ volatile("nop; nop; n
 __attribute__((noinline)) void synth_step(void) { synth_hot_a(); synth_hot_b(); synth_hot_c(); }
 
 extern int main(int, char **);
+
+/* synth::Kernel<float>::run(int), from synth_cpp.cpp when the tests were
+ * built with a C++ compiler; without one, the worker samples synth_hot_c. */
+__attribute__((weak)) const void *synth_cpp_kernel(void);
+
+unsigned synth_worker_samples;
 
 struct ring_out {
 	const char *device;
@@ -69,11 +76,12 @@ static int add(struct ring_out *o, const struct rp_event *ev)
 	return rc;
 }
 
-static int range(struct ring_out *o, uint32_t tid, const char *name, uint64_t b, uint64_t e)
+static int range(struct ring_out *o, uint32_t pid, uint32_t tid, const char *name, uint64_t b,
+		 uint64_t e)
 {
-	int rc = add(o, &(struct rp_event){ .kind = RP_EV_RANGE_BEGIN, .ts = b, .pid = PID,
+	int rc = add(o, &(struct rp_event){ .kind = RP_EV_RANGE_BEGIN, .ts = b, .pid = pid,
 					    .tid = tid, .name = name });
-	return rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_RANGE_END, .ts = e, .pid = PID, .tid = tid });
+	return rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_RANGE_END, .ts = e, .pid = pid, .tid = tid });
 }
 
 static int counter(struct ring_out *o, const char *name, uint64_t ts, double v)
@@ -82,9 +90,9 @@ static int counter(struct ring_out *o, const char *name, uint64_t ts, double v)
 					  .u.counter.value = v });
 }
 
-/* This program's executable mappings, so that the samples' addresses
- * name synth_hot_a and the rest. */
-static int add_mappings(struct ring_out *o, uint64_t ts)
+/* This program's executable mappings, as process pid's, so that the
+ * samples' addresses name synth_hot_a and the rest. */
+static int add_mappings(struct ring_out *o, uint32_t pid, uint64_t ts)
 {
 	FILE *m = fopen("/proc/self/maps", "r");
 	if (!m)
@@ -99,11 +107,38 @@ static int add_mappings(struct ring_out *o, uint64_t ts)
 		if (sscanf(line, "%llx-%llx %7s %llx %*s %*s %4095s", &start, &end, perms, &off, path) < 4 ||
 		    perms[2] != 'x' || strcmp(path, exe) != 0)
 			continue;
-		rc = add(o, &(struct rp_event){ .kind = RP_EV_MAPPING, .ts = ts, .pid = PID, .name = path,
+		rc = add(o, &(struct rp_event){ .kind = RP_EV_MAPPING, .ts = ts, .pid = pid, .name = path,
 						.u.mapping = { .start = start, .end = end, .offset = off } });
 	}
 	fclose(m);
 	return rc;
+}
+
+/* Process 4244 "worker": per step a "job" range and synth_worker_samples
+ * samples of two frames, a C++ function called from main, as a frame
+ * pointer walk through a library without them would leave them. */
+static int worker(struct ring_out *o, unsigned steps)
+{
+	const uint64_t T0 = SYNTH_T0, MS = SYNTH_MS;
+	const unsigned w = synth_worker_samples;
+	const void *kernel = synth_cpp_kernel ? synth_cpp_kernel() : (const void *)synth_hot_c;
+	int rc = 0;
+	if (!w)
+		return seal(o);
+	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_PROCESS_NAME, .ts = T0 - 3 * MS, .pid = WORKER, .name = "worker" });
+	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_PROCESS_CMDLINE, .ts = T0 - 3 * MS, .pid = WORKER, .name = "worker --jobs 2" });
+	rc = rc ? rc : add_mappings(o, WORKER, T0 - 3 * MS);
+	for (unsigned i = 0; rc == 0 && i < steps; i++) {
+		uint64_t s = T0 + 2 * MS + i * 10 * MS;
+		rc = range(o, WORKER, WORKER, "job", s, s + 5 * MS);
+		for (unsigned j = 0; rc == 0 && j < w; j++) {
+			uint64_t frames[2] = { (uintptr_t)kernel + 4, (uintptr_t)main + 8 };
+			rc = add(o, &(struct rp_event){ .kind = RP_EV_CPU_SAMPLE, .ts = s + j * (10 * MS / w) + 2000,
+							.pid = WORKER, .tid = WORKER,
+							.u.sample = { .cpu = (i + 1) % 4, .nframes = 2, .frames = frames } });
+		}
+	}
+	return rc ? rc : seal(o);
 }
 
 static int host_ring(struct ring_out *o, unsigned steps, unsigned k)
@@ -114,8 +149,8 @@ static int host_ring(struct ring_out *o, unsigned steps, unsigned k)
 	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_PROCESS_CMDLINE, .ts = T0 - 3 * MS, .pid = PID, .name = "python3 train.py" });
 	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_THREAD_NAME, .ts = T0 - 3 * MS, .pid = PID, .tid = PID, .name = "main" });
 	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_THREAD_NAME, .ts = T0 - 3 * MS, .pid = PID, .tid = LOADER, .name = "loader" });
-	rc = rc ? rc : add_mappings(o, T0 - 3 * MS);
-	rc = rc ? rc : range(o, PID, "warmup", T0 - 2 * MS, T0 + MS);
+	rc = rc ? rc : add_mappings(o, PID, T0 - 3 * MS);
+	rc = rc ? rc : range(o, PID, PID, "warmup", T0 - 2 * MS, T0 + MS);
 	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_DROPS, .ts = T0 + MS, .pid = PID, .tid = PID, .u.drops.count = 5 });
 	rc = rc ? rc : counter(o, "cpu_sampler_hz", T0, 1000);
 	const uint64_t hot[3] = { (uintptr_t)synth_hot_a + 4, (uintptr_t)synth_hot_b + 4, (uintptr_t)synth_hot_c + 4 };
@@ -124,9 +159,9 @@ static int host_ring(struct ring_out *o, unsigned steps, unsigned k)
 		rc = rc ? rc : counter(o, "cpu_util", s, 50 + i % 50);
 		rc = rc ? rc : counter(o, "host_mem_used", s, 1e9 + i * 4096.0);
 		rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_RANGE_BEGIN, .ts = s, .pid = PID, .tid = PID, .name = "step" });
-		rc = rc ? rc : range(o, LOADER, "load_batch", s + MS / 2, s + 3 * MS);
-		rc = rc ? rc : range(o, PID, "forward", s + MS, s + 4 * MS);
-		rc = rc ? rc : range(o, PID, "backward", s + 4 * MS, s + 8 * MS);
+		rc = rc ? rc : range(o, PID, LOADER, "load_batch", s + MS / 2, s + 3 * MS);
+		rc = rc ? rc : range(o, PID, PID, "forward", s + MS, s + 4 * MS);
+		rc = rc ? rc : range(o, PID, PID, "backward", s + 4 * MS, s + 8 * MS);
 		rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_RANGE_END, .ts = s + 9 * MS - (i % 3) * MS / 10, .pid = PID, .tid = PID });
 		if (rc == 0 && i % 10 == 0)
 			rc = add(o, &(struct rp_event){ .kind = RP_EV_INSTANT, .ts = s + 9 * MS + MS / 2, .pid = PID, .tid = PID, .name = "checkpoint" });
@@ -139,7 +174,7 @@ static int host_ring(struct ring_out *o, unsigned steps, unsigned k)
 		}
 	}
 	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_RANGE_BEGIN, .ts = T0 + 2 * MS + steps * 10 * MS, .pid = PID, .tid = PID, .name = "step" });
-	return rc ? rc : seal(o);
+	return rc ? rc : worker(o, steps);
 }
 
 static int gpu_ring(struct ring_out *o, unsigned steps)

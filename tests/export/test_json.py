@@ -9,7 +9,8 @@ import collections
 import json
 
 import pytest
-from synth_session import BUILD, T0, MS, US, WALL_OFFSET, export, make_session, run, step_start, wall
+from synth_session import (BUILD, CPP_MANGLED, CPP_NAME, HAVE_CPP, T0, MS, US, WALL_OFFSET, WORKER,
+                           export, make_session, run, step_start, wall)
 
 METADATA = {"process_name", "thread_name", "mapping", "process_cmdline"}
 
@@ -151,7 +152,20 @@ def test_cpu_samples(synth):
         assert (s["pid"], s["tid"], s["cpu"], s["comm"], s["kernel_frames"]) == \
             (4242, 4242, cpu, "main", 0), s
         assert s["frames"] == [hot, "synth_step", "main"], s
+        assert "mangled" not in s  # C names: nothing demangled
     assert not want
+
+
+@pytest.mark.skipif(not HAVE_CPP, reason="the tests were built without a C++ compiler")
+def test_cpp_frames_demangled(tmp_path):
+    """frames name C++ functions demangled; mangled, beside them, the
+    symbols (null for a frame that was not demangled)."""
+    doc, _ = export_json(tmp_path, "--steps", 4, "--samples-per-step", 10, "--worker-samples", 5)
+    worker = [s for s in doc["cpu_samples"] if s["pid"] == WORKER]
+    assert len(worker) == 4 * 5
+    for s in worker:
+        assert s["frames"] == [CPP_NAME, "main"], s
+        assert s["mangled"] == [CPP_MANGLED, None], s
 
 
 def test_gpu_activity_and_api_calls(synth):

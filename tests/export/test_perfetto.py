@@ -19,7 +19,8 @@ import shutil
 import sys
 
 import pytest
-from synth_session import BUILD, T0, MS, US, WALL_OFFSET, run, step_start
+from synth_session import (BUILD, CPP_NAME, HAVE_CPP, T0, MS, US, WALL_OFFSET, WORKER, export,
+                           run, step_start, worker_session)
 
 try:
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Profiling, Trace, TrackEvent
@@ -360,6 +361,16 @@ def test_cpu_samples(replay):
         leaves[leaf] += 1
     assert leaves == {"synth_hot_a": N * K * 6 // 10, "synth_hot_b": N * K * 3 // 10,
                       "synth_hot_c": N * K // 10}
+
+
+@pytest.mark.skipif(not HAVE_CPP, reason="the tests were built without a C++ compiler")
+def test_cpp_frames_demangled(tmp_path):
+    """A frame has one name in Perfetto: the demangled one."""
+    path = export(worker_session(tmp_path, steps=4, k=10, w=5), "perfetto", tmp_path / "t.pftrace")
+    trace = Trace()
+    trace.ParseFromString(path.read_bytes())
+    worker = [names for _, s, names, _ in Replay(list(trace.packet)).samples if s.pid == WORKER]
+    assert worker == [["main", CPP_NAME]] * 4 * 5
 
 
 PROBE = """import resource, subprocess, sys

@@ -14,7 +14,8 @@ import shutil
 import subprocess
 
 import pytest
-from synth_session import PROTO_DIR, T0, MS, WALL_OFFSET, export, make_session, run
+from synth_session import (CPP_MANGLED, CPP_NAME, HAVE_CPP, PROTO_DIR, T0, MS, WALL_OFFSET, WORKER,
+                           export, make_session, message_class, run, worker_session)
 
 
 if shutil.which("go") is None:
@@ -142,3 +143,21 @@ def test_header_fields(profile):
     assert f"time_nanos: {WALL_OFFSET + T0}\n" in text, text
     assert f"duration_nanos: {2 * MS + n * 10 * MS + 3 * MS}\n" in text, text
     assert "period: 1000000\n" in text, text
+
+
+@pytest.mark.skipif(not HAVE_CPP, reason="the tests were built without a C++ compiler")
+def test_cpp_functions_named_and_system_named(tmp_path):
+    """Function.name is the demangled C++ name, system_name the symbol:
+    what go tool pprof shows (it demangles only a name equal to its
+    system_name) is ours."""
+    path = export(worker_session(tmp_path, steps=4, k=10, w=5), "pprof", tmp_path / "p.pb.gz")
+    prof = message_class(tmp_path, "profile.proto", "perftools.profiles.Profile").FromString(
+        gzip.decompress(path.read_bytes()))
+    names = {(prof.string_table[f.name], prof.string_table[f.system_name]) for f in prof.function}
+    assert (CPP_NAME, CPP_MANGLED) in names
+    assert ("main", "main") in names and ("synth_hot_a", "synth_hot_a") in names
+    top = pprof("-top", "-unit=ms", f"-tagfocus=pid={WORKER}", path)
+    assert re.search(r"^\s+20ms\s+[\d.]+%\s+[\d.]+%\s+20ms\s+[\d.]+%\s+" + re.escape(CPP_NAME) +
+                     "$", top, re.M), top
+    assert re.search(re.escape(CPP_NAME) + r" \S+synth_cpp\.cpp:\d+ s=0\(" + CPP_MANGLED + r"\)",
+                     pprof("-raw", path)), "the -raw listing names the function and its symbol"

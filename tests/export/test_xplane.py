@@ -11,10 +11,10 @@ import json
 import shutil
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from xprof.convert import raw_to_tool_data
 from xprof.profile_data import ProfileData
-from synth_session import PROTO_DIR, T0, MS, WALL_OFFSET, export, make_session, run
+from synth_session import (CPP_MANGLED, CPP_NAME, HAVE_CPP, PROTO_DIR, T0, MS, WALL_OFFSET,
+                           WORKER, export, make_session, message_class, run, worker_session)
 
 SAMPLE_PERIOD = MS  # make-session samples at 1000 Hz
 
@@ -30,13 +30,9 @@ def synth(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def xspace_class(tmp_path_factory):
-    """XSpace from storage/proto/xplane.proto, through protoc's descriptors."""
-    desc = tmp_path_factory.mktemp("desc") / "xplane.desc"
-    run("protoc", f"--proto_path={PROTO_DIR}", f"--descriptor_set_out={desc}", "xplane.proto")
-    pool = descriptor_pool.DescriptorPool()
-    for f in descriptor_pb2.FileDescriptorSet.FromString(desc.read_bytes()).file:
-        pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tensorflow.profiler.XSpace"))
+    """XSpace from storage/proto/xplane.proto."""
+    return message_class(tmp_path_factory.mktemp("desc"), "xplane.proto",
+                         "tensorflow.profiler.XSpace")
 
 
 def step_start(i):
@@ -272,3 +268,23 @@ def test_trace_viewer_counters(synth, tmp_path_factory):
                                            "gemm_kernel", "memcpy_htod")} == {
         "step": n + 1, "forward": n, "load_batch": n, "cudaLaunchKernel": n,
         "gemm_kernel": n, "memcpy_htod": n}
+
+
+@pytest.mark.skipif(not HAVE_CPP, reason="the tests were built without a C++ compiler")
+def test_cpp_frames_demangled(xspace_class, tmp_path_factory):
+    """A C++ frame's event metadata is named by its symbol and shown
+    demangled: XProf's trace viewer draws the demangled name, the mangled
+    one as its long_name."""
+    tmp = tmp_path_factory.mktemp("cpp")
+    path = export(worker_session(tmp, steps=4, k=10, w=5), "xplane", tmp / "h.xplane.pb")
+    host = xspace_class.FromString(path.read_bytes()).planes[0]
+    metas = [m for m in host.event_metadata.values() if m.name == CPP_MANGLED]
+    assert [m.display_name for m in metas] == [CPP_NAME]
+    assert all(m.display_name == "" for m in host.event_metadata.values() if m.name != CPP_MANGLED)
+    events = viewer(path, "trace_viewer", {}, tmp_path_factory)
+    procs, tids = threads(events)
+    tid = tids[(procs["/host:CPU"], f"worker ({WORKER}) CPU samples")]
+    drawn = [e for e in events if e.get("tid") == tid and e.get("ph") == "X"]
+    assert {e["name"] for e in drawn} == {CPP_NAME, "main"}
+    assert {e["args"].get("long_name") for e in drawn if e["name"] == CPP_NAME} == {CPP_MANGLED}
+    assert sum(int(e["args"]["samples"]) for e in drawn if e["name"] == CPP_NAME) == 4 * 5

@@ -7,7 +7,9 @@ user time; burn_syscalls reads /dev/zero) and jit-burn (runs generated
 code it describes in /tmp/perf-PID.map).  Needs root for the sampler and
 for real addresses in /proc/kallsyms."""
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -50,8 +52,8 @@ def summary(d, last, name):
     return read_summary(d, name)
 
 
-def read_summary(d, name):
-    out = d.cli("summary", name, check=True).stdout
+def read_summary(d, name, *args):
+    out = d.cli("summary", name, *args, check=True).stdout
     functions, processes, counters = {}, {}, {}
     section = None
     samples = int(out.split(" CPU samples")[0].split()[-1])
@@ -136,6 +138,27 @@ def test_pprof_export_of_the_real_session(daemon, tmp_path):
                          timeout=120).stdout
     assert any(k in raw for k in ("read_zero", "ksys_read", "vfs_read")), raw[:2000]
     assert "pid:" in raw and "comm:[cpu-burn]" in raw
+
+
+def test_summary_of_one_job(daemon, tmp_path):
+    """--pid and --comm keep one process's samples of a host-wide session:
+    the same count the unfiltered summary gives it, and no other process."""
+    pid = run(CPU_BURN, "2")
+    _, _, _, everyone, _ = summary(daemon, "4s", "one-job")
+    assert pid in everyone, everyone
+    for args in (("--pid", str(pid)), ("--comm", "cpu-burn", "--pid", str(pid))):
+        out, samples, functions, processes, _ = read_summary(daemon, "one-job", *args)
+        listed = re.search(r"^filter .*: only the events of process ([\d, ]+) \(", out, re.M)
+        assert listed and str(pid) in listed.group(1).split(", "), out
+        assert pid in processes and all(processes[p]["name"] == "cpu-burn" for p in processes), out
+        if args[0] == "--pid":
+            assert set(processes) == {pid} and samples == everyone[pid]["samples"], out
+        assert "burn_a" in functions, out
+    out = daemon.cli("export", "one-job", "--format", "json", "-o", str(tmp_path / "j.json"),
+                     "--pid", str(pid), check=True)
+    doc = json.load(open(tmp_path / "j.json"))
+    assert {s["pid"] for s in doc["cpu_samples"]} == {pid}
+    assert len(doc["cpu_samples"]) == everyone[pid]["samples"]
 
 
 def test_window_after_the_start_still_symbolizes(daemon):

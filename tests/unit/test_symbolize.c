@@ -1,6 +1,7 @@
 /* The symbolizer: symtest's functions through its recorded mappings
  * (argv[1], built with the build-id argv[2]), also after it exited; a
- * build-id mismatch; kallsyms and perf maps from fake files. */
+ * build-id mismatch; kallsyms and perf maps from fake files; C++ names
+ * of symtest-cpp (argv[3], absent without a C++ compiler) demangled. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -17,7 +18,7 @@
 #include "symbolize.h"
 #include "symtest_child.h"
 
-static const char *symtest;
+static const char *symtest, *symtest_cpp;
 static uint8_t symtest_id[RP_BUILD_ID_MAX];
 static char dir[64];
 
@@ -274,12 +275,20 @@ static void kallsyms(void **state)
 static void perf_map(void **state)
 {
 	(void)state;
-	write_file("perf-4242.map", "7f0000001000 40 py::train_step:/x/train.py\n"
-				    "7f0000000000 1000 [jit] trampoline\n"
-				    "0x7f0000002000 0x10 hex_prefixed\n"
-				    "7f0000001000 20 py::replaced:/x/train.py\n"
-				    "not a line\n"
-				    "7f0000003000 0 empty_size\n");
+	/* The last line's C++ name demangles to 600 x's and "::run()". */
+	char map[1024], xs[601];
+	memset(xs, 'x', 600);
+	xs[600] = 0;
+	snprintf(map, sizeof(map), "7f0000001000 40 py::train_step:/x/train.py\n"
+				   "7f0000000000 1000 [jit] trampoline\n"
+				   "0x7f0000002000 0x10 hex_prefixed\n"
+				   "7f0000001000 20 py::replaced:/x/train.py\n"
+				   "not a line\n"
+				   "7f0000003000 0 empty_size\n"
+				   "7f0000004000 10 _ZN3jit6kernelEv\n"
+				   "7f0000005000 10 _Znot_a_cxx_name\n"
+				   "7f0000006000 10 _ZN600%s3runEv\n", xs);
+	write_file("perf-4242.map", map);
 	struct rp_symbolizer_opts o = { .perf_map_dir = dir };
 	struct rp_symbolizer *s;
 	struct rp_err err = { 0 };
@@ -301,14 +310,69 @@ static void perf_map(void **state)
 	assert_string_equal(sym.function, "hex_prefixed");
 	rp_symbolize(s, 4242, 0x7f0000003000, false, &sym);
 	assert_string_equal(rp_symbol_name(&sym, buf, sizeof(buf)), "[unknown]+0x7f0000003000");
+	assert_null(sym.mangled);
+	rp_symbolize(s, 4242, 0x7f0000004004, false, &sym); /* C++ JIT code: demangled */
+	assert_string_equal(sym.function, "jit::kernel()");
+	assert_string_equal(sym.mangled, "_ZN3jit6kernelEv");
+	rp_symbolize(s, 4242, 0x7f0000005004, false, &sym); /* does not demangle: as it is */
+	assert_string_equal(sym.function, "_Znot_a_cxx_name");
+	assert_null(sym.mangled);
+	/* A demangled name longer than any buffer of the exporters: whole. */
+	rp_symbolize(s, 4242, 0x7f0000006004, false, &sym);
+	assert_int_equal(strlen(rp_symbol_name(&sym, buf, sizeof(buf))), 600 + strlen("::run()"));
+	assert_string_equal(sym.function + 600, "::run()");
 	rp_symbolize(s, 4243, 0x7f0000001008, false, &sym); /* no map of its own */
 	assert_null(sym.function);
 	rp_symbolizer_free(s);
 }
 
+/* symtest-cpp's functions are named demangled, their symbols kept as
+ * mangled; each name demangled once however often it is seen. */
+static void cpp_names(void **state)
+{
+	(void)state;
+	if (!symtest_cpp)
+		skip(); /* built without a C++ compiler */
+	struct symtest_child child;
+	assert_int_equal(symtest_start(symtest_cpp, &child), 0);
+	unsigned long addr[2];
+	assert_int_equal(fscanf(child.out, "%lx %lx", &addr[0], &addr[1]), 2);
+	struct rp_procinfo *p;
+	struct rp_err err = { 0 };
+	assert_int_equal(rp_procinfo_new("/proc", &p, &err), 0);
+	static struct mappings m;
+	m.n = 0;
+	uint64_t frame = addr[0];
+	struct rp_event sample = { .kind = RP_EV_CPU_SAMPLE, .pid = (uint32_t)child.pid,
+				   .tid = (uint32_t)child.pid,
+				   .u.sample = { .nframes = 1, .frames = &frame } };
+	assert_int_equal(rp_procinfo_sample(p, &sample, keep_mapping, &m), 0);
+	rp_procinfo_free(p);
+	assert_int_equal(symtest_end(&child), 0);
+
+	struct rp_symbolizer *s;
+	assert_int_equal(rp_symbolizer_new(NULL, &s, &err), 0);
+	add_all(s, &m);
+	static const struct { const char *name, *mangled; } want[2] = {
+		{ "rp::symtest::Matrix<float>::rows(int)", "_ZN2rp7symtest6MatrixIfE4rowsEi" },
+		{ "double rp::symtest::scaled<double>(double, int)", "_ZN2rp7symtest6scaledIdEET_S2_i" },
+	};
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < 2; i++) {
+			struct rp_symbol sym;
+			char buf[128];
+			rp_symbolize(s, (uint32_t)child.pid, addr[i] + (unsigned)round, false, &sym);
+			assert_string_equal(sym.function, want[i].name);
+			assert_string_equal(sym.mangled, want[i].mangled);
+			assert_string_equal(rp_symbol_name(&sym, buf, sizeof(buf)), want[i].name);
+		}
+	rp_symbolizer_free(s);
+}
+
 int main(int argc, char **argv)
 {
-	if (symtest_args(argc, argv, &symtest, symtest_id))
+	symtest_cpp = argc > 3 ? argv[3] : NULL;
+	if (symtest_args(argc > 3 ? 3 : argc, argv, &symtest, symtest_id))
 		return 2;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(live_then_exited),
@@ -316,6 +380,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(overlapping_mappings),
 		cmocka_unit_test_setup_teardown(kallsyms, setup, teardown),
 		cmocka_unit_test_setup_teardown(perf_map, setup, teardown),
+		cmocka_unit_test(cpp_names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
