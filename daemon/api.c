@@ -382,6 +382,12 @@ static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_e
 				  "field 'end' must be an RFC 3339 time such as \"2026-11-22T14:03:07Z\" or integer Unix nanoseconds, not %s",
 				  rp_api_type_name(v));
 	}
+	/* Before 1970 nothing was recorded; refusing it here also keeps the
+	 * daemon's wall-to-host arithmetic within int64. */
+	if (wall < 0)
+		return rp_err_set(err, -EINVAL,
+				  "field 'end': %lld ns lies before 1970: give a time while the daemon was recording",
+				  (long long)wall);
 	int64_t now = wall_now_ns();
 	if (wall > now + 1000000000) {
 		char end_s[48], now_s[48];
@@ -545,6 +551,38 @@ static enum MHD_Result check_token(const struct rp_api *api, struct MHD_Connecti
 			       MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"ringprofd\"");
 }
 
+/* How the request frames its body: a second Content-Length, or one next
+ * to Transfer-Encoding, lets a proxy in front of us and us disagree on
+ * where the request ends (request smuggling), so both are refused. */
+struct framing {
+	unsigned content_lengths;
+	bool transfer_encoding;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	(void)kind;
+	(void)value;
+	struct framing *f = cls;
+	if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+		f->content_lengths++;
+	else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+		f->transfer_encoding = true;
+	return MHD_YES;
+}
+
+static const char *framing_problem(struct MHD_Connection *c)
+{
+	struct framing f = { 0 };
+	(void)MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+	if (f.content_lengths > 1)
+		return "the request has more than one Content-Length header: send exactly one";
+	if (f.content_lengths && f.transfer_encoding)
+		return "the request has both Content-Length and Transfer-Encoding: send one of them";
+	return NULL;
+}
+
 /* First call for a request: headers only.  Answers at once what needs no
  * body (bad token, unknown path, wrong method, declared body too big). */
 static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const char *url,
@@ -576,6 +614,9 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 		rp_err_set(&e, -EINVAL, "%.16s is not allowed on %.200s: use %s", method, url, allow);
 		return send_error_with(c, MHD_HTTP_METHOD_NOT_ALLOWED, e.msg, MHD_HTTP_HEADER_ALLOW, allow);
 	}
+	const char *framing = framing_problem(c);
+	if (framing)
+		return send_error(c, MHD_HTTP_BAD_REQUEST, framing);
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl && strtoull(cl, NULL, 10) > RP_API_BODY_MAX) {
 		rp_err_set(&e, -E2BIG, "the request body is %.20s bytes, over the limit of %d bytes (64 KiB)",

@@ -347,6 +347,33 @@ static void test_snapshot_end(void **state)
 	expect_400(fx, "/v1/snapshot", "{\"end\": \"2999-01-01T00:00:00Z\"}", "'end'", "range", NULL);
 	expect_400(fx, "/v1/snapshot", "{\"end\": \"yesterday\"}", "'end'", "RFC 3339", NULL);
 	expect_400(fx, "/v1/snapshot", "{\"end\": 1.5}", "'end'", "not a number", NULL);
+	/* The ends that overflowed the daemon's wall-to-host arithmetic. */
+	expect_400(fx, "/v1/snapshot", "{\"end\": -9223372036854775808}", "'end'", "1970", NULL);
+	expect_400(fx, "/v1/snapshot", "{\"end\": -1}", "'end'", "1970", NULL);
+	expect_400(fx, "/v1/snapshot", "{\"end\": \"1900-01-01T00:00:00Z\"}", "'end'", NULL);
+}
+
+/* Framings a proxy and the daemon could read differently (smuggling). */
+static void test_ambiguous_framing(void **state)
+{
+	struct fixture *fx = *state;
+	static const char *const requests[] = {
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Content-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Transfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++) {
+		char out[4096];
+		int status = raw_str(fx, requests[i], out, sizeof(out));
+		if (status != 400 || !strstr(out, "Content-Length"))
+			fail_msg("request %zu: status %d: %s", i, status, out);
+	}
+	assert_int_equal(fx->fake.calls, 0);
 }
 
 static void test_durations(void **state)
@@ -801,6 +828,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_fields, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_end, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ambiguous_framing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_durations, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_body_shape, setup, teardown),
