@@ -40,6 +40,11 @@
  * answered while max_snapshots workers write sessions. */
 #define FAST_WORKERS 4
 #define RETRY_AFTER_S "1"
+/* While a listener is full, its connections that have waited this long
+ * for their headers are closed to make room: a client sends its request
+ * as it connects, so only slow ones lose their place, not those of a
+ * burst that MHD has yet to read. */
+#define EVICT_AFTER_NS 250000000ull
 /* Rejected and timed-out connections: one log line per this many seconds. */
 #define LOG_INTERVAL_NS (10 * 1000000000ull)
 
@@ -896,6 +901,25 @@ static void drop_waiting(struct rp_api *api, struct conn *k)
 	(void)shutdown(k->fd, SHUT_RDWR);
 }
 
+/* With api->lock held.  Whether l is full: then the reaper looks again
+ * soon, as waiting connections pass EVICT_AFTER_NS. */
+static bool make_room(struct rp_api *api, struct listener *l, uint64_t now)
+{
+	if (l->connections < l->max_connections)
+		return false;
+	for (struct conn *k = api->waiting, *next; k && now - k->waiting_since >= EVICT_AFTER_NS;
+	     k = next) {
+		next = k->next;
+		if (k->l != l)
+			continue;
+		drop_waiting(api, k);
+		ratelog_line(&api->slow_log,
+			     "%u connections open on the %s listener, its limit ([api] max_connections): closed one that waited over 250ms for its request headers",
+			     l->connections, l->need_token ? "TCP" : "Unix socket");
+	}
+	return true;
+}
+
 static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			      enum MHD_ConnectionNotificationCode why)
 {
@@ -921,19 +945,8 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
 		*socket_context = k;
 		start_waiting(api, k);
 	}
-	/* Full: the longest wait for headers (a slow client's, most likely)
-	 * gives its place to the newcomer, whose request may be complete. */
-	if (l->connections >= l->max_connections) {
-		struct conn *old = api->waiting;
-		while (old && (old->l != l || old == k))
-			old = old->next;
-		if (old) {
-			drop_waiting(api, old);
-			ratelog_line(&api->slow_log,
-				     "%u connections open on the %s listener, its limit ([api] max_connections): closed the one that waited longest for its request",
-				     l->connections, l->need_token ? "TCP" : "Unix socket");
-		}
-	}
+	if (make_room(api, l, mono_ns()))
+		pthread_cond_signal(&api->reap);
 	pthread_mutex_unlock(&api->lock);
 }
 
@@ -951,8 +964,12 @@ static void *reaper_main(void *arg)
 				     "closed a connection that sent no complete request headers within %s ([api] header_timeout): a slow client or an attack",
 				     limit);
 		}
+		bool full = make_room(api, &api->unix_l, now);
+		full = make_room(api, &api->tcp_l, now) || full;
 		uint64_t due = api->waiting ? api->waiting->waiting_since + api->header_timeout_ns
 					    : now + api->header_timeout_ns;
+		if (full && due > now + EVICT_AFTER_NS / 4)
+			due = now + EVICT_AFTER_NS / 4;
 		struct timespec until = { .tv_sec = (time_t)(due / 1000000000u),
 					  .tv_nsec = (long)(due % 1000000000u) };
 		(void)pthread_cond_timedwait(&api->reap, &api->lock, &until);
