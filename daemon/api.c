@@ -1,5 +1,5 @@
 /* Control API server (api.h, docs/api.md).  Each listener is one
- * libmicrohttpd daemon with an epoll thread, so an idle or slow connection
+ * libmicrohttpd daemon with epoll threads, so an idle or slow connection
  * costs a socket, not a thread.  Ops run on a small pool of worker threads
  * while their connection is suspended; when the pool's queue is full a
  * request is answered 503 with Retry-After at once, and connections beyond
@@ -36,6 +36,12 @@
 /* How long rp_api_stop waits for requests in progress (a snapshot writes
  * a session to disk) before closing their connections. */
 #define DRAIN_TIMEOUT_S 30
+/* Connections per MHD thread.  libmicrohttpd 0.9.75 calls epoll_wait
+ * again, with the full timeout and before handling anything, whenever
+ * one call returned its maximum of 128 events; a thread with fewer than
+ * 128 descriptors (connections, the listening socket, its wake-up pipe)
+ * never gets there. */
+#define CONNECTIONS_PER_THREAD 120u
 /* Workers for ops other than snapshots, so that status and metrics are
  * answered while max_snapshots workers write sessions. */
 #define FAST_WORKERS 4
@@ -894,11 +900,24 @@ static void stop_waiting(struct rp_api *api, struct conn *k)
 
 /* Ends a connection that waits for headers.  MHD sees end of file and
  * closes it in its own thread; the socket is still open here, as MHD
- * announces the close (which takes api->lock) before closing it. */
+ * announces the close (which takes api->lock) before closing it.  Should
+ * MHD not look at the socket, the connection's own timeout, header_timeout
+ * while it waits for headers (set_timeout), closes it: the shut socket
+ * reads no more, so the client cannot renew it. */
 static void drop_waiting(struct rp_api *api, struct conn *k)
 {
 	stop_waiting(api, k);
 	(void)shutdown(k->fd, SHUT_RDWR);
+}
+
+/* MHD's idle timeout of c: header_timeout while it waits for headers,
+ * IDLE_TIMEOUT_S while a request is read and answered.  Only from MHD's
+ * thread (its callbacks), which owns the timeout lists. */
+static void set_timeout(struct rp_api *api, struct MHD_Connection *c, bool waiting)
+{
+	unsigned s = waiting ? (unsigned)((api->header_timeout_ns + 999999999u) / 1000000000u)
+			     : IDLE_TIMEOUT_S;
+	(void)MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s);
 }
 
 /* With api->lock held.  Whether l is full: then the reaper looks again
@@ -948,6 +967,7 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
 	if (make_room(api, l, mono_ns()))
 		pthread_cond_signal(&api->reap);
 	pthread_mutex_unlock(&api->lock);
+	set_timeout(api, c, true);
 }
 
 static void *reaper_main(void *arg)
@@ -1118,6 +1138,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		if (k)
 			stop_waiting(api, k);
 		pthread_mutex_unlock(&api->lock);
+		set_timeout(api, c, false);
 		bool answered;
 		enum MHD_Result ret = begin(l, c, url, method, rq, &answered);
 		if (!answered || ret == MHD_NO)
@@ -1160,6 +1181,8 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	free(rq);
 	*con_cls = NULL;
 	struct conn *k = why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? conn_of(c) : NULL;
+	if (k)
+		set_timeout(api, c, true);
 	pthread_mutex_lock(&api->lock);
 	if (k)  /* kept alive: the next request's headers are due in time too */
 		start_waiting(api, k);
@@ -1316,6 +1339,8 @@ static int start_mhd(struct listener *l, struct rp_err *err)
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, l,
 				  MHD_OPTION_NOTIFY_CONNECTION, notify_connection, l,
 				  MHD_OPTION_CONNECTION_LIMIT, l->max_connections,
+				  MHD_OPTION_THREAD_POOL_SIZE,
+				  (l->max_connections + CONNECTIONS_PER_THREAD - 1) / CONNECTIONS_PER_THREAD,
 				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, l->need_token ? api->max_per_peer : 0u,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
 				  MHD_OPTION_END);

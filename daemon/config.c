@@ -213,7 +213,7 @@ static int set_api_max_connections(struct rp_config *c, struct rp_ring_config *r
 				   struct rp_err *err)
 {
 	(void)r;
-	return rp_parse_uint(v, 1, 16384, &c->api_max_connections, err);
+	return rp_parse_uint(v, 1, 4096, &c->api_max_connections, err);
 }
 
 static int set_api_max_connections_per_peer(struct rp_config *c, struct rp_ring_config *r,

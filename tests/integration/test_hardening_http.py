@@ -153,16 +153,21 @@ def test_slow_headers_are_cut_at_the_deadline(tmp_path):
 
 
 def burst(d, n, method, path, body=b""):
-    """n clients at once, each connecting and sending its request at once,
-    over the Unix socket: [(status, Retry-After, body) or the exception
+    """n clients at once, each connecting and sending its request, over the
+    Unix socket: [(status, Retry-After, body) or the exception
     that ended the request]."""
     request = (f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
 
     async def one():
         try:
-            reader, writer = await asyncio.open_unix_connection(d.socket, limit=1 << 20)
-            writer.write(request)
+            # Connect and send in one step, as curl or the CLI do: a
+            # connection idle while the listener is full loses its place.
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(d.socket)
+            sock.sendall(request)
+            sock.setblocking(False)
+            reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
             answer = await asyncio.wait_for(reader.read(), 60)
             writer.close()
         except OSError as e:
