@@ -6,8 +6,8 @@
  * the listener's limit wait in the kernel's accept queue, never reset.
  * A connection gets header_timeout to send a request's headers (the
  * bearer token is among them), counted from its connect or its previous
- * answer; when its listener is full the connection that has waited longest
- * for its headers makes room for the new one. */
+ * answer; while its listener is full, connections that have waited over
+ * EVICT_AFTER_NS for their headers make room for new ones. */
 #include "api.h"
 
 #include <errno.h>

@@ -220,7 +220,7 @@ static int set_api_max_connections_per_peer(struct rp_config *c, struct rp_ring_
 					    const char *v, struct rp_err *err)
 {
 	(void)r;
-	return rp_parse_uint(v, 1, 16384, &c->api_max_connections_per_peer, err);
+	return rp_parse_uint(v, 1, 4096, &c->api_max_connections_per_peer, err);
 }
 
 static int set_api_header_timeout(struct rp_config *c, struct rp_ring_config *r, const char *v,
