@@ -1330,6 +1330,12 @@ static int tcp_listen(struct rp_api *api, const char *spec, struct rp_err *err)
 static int start_mhd(struct listener *l, struct rp_err *err)
 {
 	struct rp_api *api = l->api;
+	/* One thread needs no pool (MHD warns about a pool of one). */
+	unsigned threads = (l->max_connections + CONNECTIONS_PER_THREAD - 1) / CONNECTIONS_PER_THREAD;
+	struct MHD_OptionItem pool[] = {
+		{ threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL },
+		{ MHD_OPTION_END, 0, NULL },
+	};
 	/* The logger comes first, so that start-up messages go through it. */
 	l->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
 				  MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
@@ -1339,8 +1345,7 @@ static int start_mhd(struct listener *l, struct rp_err *err)
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, l,
 				  MHD_OPTION_NOTIFY_CONNECTION, notify_connection, l,
 				  MHD_OPTION_CONNECTION_LIMIT, l->max_connections,
-				  MHD_OPTION_THREAD_POOL_SIZE,
-				  (l->max_connections + CONNECTIONS_PER_THREAD - 1) / CONNECTIONS_PER_THREAD,
+				  MHD_OPTION_ARRAY, pool,
 				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, l->need_token ? api->max_per_peer : 0u,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
 				  MHD_OPTION_END);

@@ -832,6 +832,42 @@ static void test_busy_answers_503(void **state)
 	assert_int_equal(raw_str(fx, status, out, sizeof(out)), 200);
 }
 
+/* Stopping answers the requests still queued 503, and lets the running
+ * ones finish. */
+static void test_stop_answers_queued_requests(void **state)
+{
+	struct fixture *fx = *state;
+	/* Five workers: one for snapshots, four more for any op. */
+	restart(fx, (struct rp_api_opts){ .max_snapshots = 1 }, NULL, NULL);
+	fx->fake.delay_ms = 1500;
+	static const char status[] = "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	struct raw_call calls[8];
+	pthread_t t[8];
+	for (int i = 0; i < 8; i++) {
+		calls[i] = (struct raw_call){ .fx = fx, .request = status };
+		pthread_create(&t[i], NULL, raw_thread, &calls[i]);
+	}
+	/* The 5 workers are busy, 3 requests wait. */
+	for (int i = 0, calls = 0; i < 200 && calls < 5; i++) {
+		usleep(5000);
+		pthread_mutex_lock(&fx->fake.lock);
+		calls = fx->fake.calls;
+		pthread_mutex_unlock(&fx->fake.lock);
+	}
+	usleep(100000);
+	rp_api_stop(fx->api);
+	fx->api = NULL;
+	int ok = 0, refused = 0;
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		ok += calls[i].status == 200;
+		refused += calls[i].status == 503 && strstr(calls[i].out, "shutting down") &&
+			   strstr(calls[i].out, "Retry-After: 1\r\n");
+	}
+	assert_int_equal(ok, 5);
+	assert_int_equal(refused, 3);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -1031,6 +1067,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stop_finishes_requests, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_busy_answers_503, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_answers_queued_requests, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_header_deadline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_full_listener_makes_room, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_peer_limit, setup, teardown),
