@@ -22,6 +22,7 @@
 #include "reader.h"
 #include "session.h"
 #include "summary.h"
+#include "text.h"
 
 #define EXIT_USAGE 2
 #define NAME_MAX_LEN 63
@@ -141,6 +142,17 @@ static void print_command_usage(const struct command *cmd, FILE *out)
 		fprintf(out, "Try 'ringprof %s --help'.\n", cmd->name);
 }
 
+/* s escaped for the terminal (text.h): what the daemon sends back quotes
+ * names, reasons and paths others chose.  The result lives until a few
+ * more calls on the same thread, enough for one printf. */
+static const char *shown(const char *s)
+{
+	static _Thread_local char bufs[8][1024];
+	static _Thread_local unsigned next;
+	char *buf = bufs[next++ % 8];
+	return rp_text_escape(s, buf, sizeof(bufs[0]));
+}
+
 static int usage_error(const struct command *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -163,13 +175,13 @@ static int usage_error(const struct command *cmd, const char *fmt, ...)
  * makes: say so without a round trip. */
 static int bad_value(const struct command *cmd, const char *option, const struct rp_err *err)
 {
-	fprintf(stderr, "ringprof %s: %s: %s\n", cmd->name, option, err->msg);
+	fprintf(stderr, "ringprof %s: %s: %s\n", cmd->name, option, shown(err->msg));
 	return EXIT_USAGE;
 }
 
 static int daemon_error(const struct rp_err *err)
 {
-	fprintf(stderr, "ringprof: %s\n", err->msg);
+	fprintf(stderr, "ringprof: %s\n", shown(err->msg));
 	return EXIT_FAILURE;
 }
 
@@ -263,6 +275,11 @@ static const char *jstr(const json_t *o, const char *key)
 	return s ? s : "-";
 }
 
+static const char *jtext(const json_t *o, const char *key)
+{
+	return shown(jstr(o, key));
+}
+
 /* A length for people: to the millisecond once over one; "-" for none. */
 static void fmt_len(uint64_t ns, char *out, size_t len)
 {
@@ -304,7 +321,10 @@ static void table_row(struct table *t, ...)
 	va_start(ap, t);
 	for (size_t i = 0; i < t->ncols; i++) {
 		const char *s = va_arg(ap, const char *);
-		cells[t->nrows * t->ncols + i] = strdup(s ? s : "-");
+		if (!(cells[t->nrows * t->ncols + i] = rp_text_escape_dup(s ? s : "-"))) {
+			perror("ringprof");
+			exit(EXIT_FAILURE);
+		}
 	}
 	va_end(ap);
 	t->nrows++;
@@ -358,9 +378,9 @@ static void print_window(const char *label, const json_t *w)
  * the rings could cover (flagged when short), and per-device counts. */
 static int print_session(const json_t *s)
 {
-	printf("%-10s %s (%s, %s)\n", "session", jstr(s, "id"), jstr(s, "kind"), jstr(s, "state"));
-	printf("%-10s %s\n", "run", jstr(s, "run"));
-	printf("%-10s %s\n", "path", jstr(s, "path"));
+	printf("%-10s %s (%s, %s)\n", "session", jtext(s, "id"), jtext(s, "kind"), jtext(s, "state"));
+	printf("%-10s %s\n", "run", jtext(s, "run"));
+	printf("%-10s %s\n", "path", jtext(s, "path"));
 	const json_t *req = json_object_get(s, "requested"), *cov = json_object_get(s, "covered");
 	if (req && window_len(req))
 		print_window("requested", req);
@@ -394,7 +414,7 @@ static int print_session(const json_t *s)
 		table_free(&t);
 	}
 	if (!strcmp(jstr(s, "state"), "failed")) {
-		fprintf(stderr, "ringprof: session %s failed: %s\n", jstr(s, "id"), jstr(s, "error"));
+		fprintf(stderr, "ringprof: session %s failed: %s\n", jtext(s, "id"), jtext(s, "error"));
 		return EXIT_FAILURE;
 	}
 	return EXIT_SUCCESS;
@@ -476,9 +496,9 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	}
 	char up[32];
 	fmt_seconds(json_number_value(json_object_get(r, "uptime_s")), up, sizeof(up));
-	printf("ringprofd %s on %s, pid %lld, up %s\n", jstr(r, "version"), jstr(r, "host"),
+	printf("ringprofd %s on %s, pid %lld, up %s\n", jtext(r, "version"), jtext(r, "host"),
 	       (long long)jint(r, "pid"), up);
-	printf("rings in %s, sessions in %s\n\n", jstr(r, "state_dir"), jstr(r, "logdir"));
+	printf("rings in %s, sessions in %s\n\n", jtext(r, "state_dir"), jtext(r, "logdir"));
 
 	struct table t = { .align = "lrrrrrl", .ncols = 7 };
 	table_row(&t, "DEVICE", "FILL", "HORIZON", "EVENTS", "DROPPED", "PRODUCERS", "USED");
@@ -508,11 +528,11 @@ static int cmd_status(const struct command *cmd, struct args *a)
 		if (i == 0)
 			printf("\ncollectors:\n");
 		if (!strcmp(jstr(col, "state"), "running"))
-			printf("  %s: running at %lld Hz, %lld events, %lld lost\n", jstr(col, "name"),
+			printf("  %s: running at %lld Hz, %lld events, %lld lost\n", jtext(col, "name"),
 			       (long long)jint(col, "frequency_hz"), (long long)jint(col, "events"),
 			       (long long)jint(col, "lost"));
 		else
-			printf("  %s: %s: %s\n", jstr(col, "name"), jstr(col, "state"), jstr(col, "reason"));
+			printf("  %s: %s: %s\n", jtext(col, "name"), jtext(col, "state"), jtext(col, "reason"));
 	}
 
 	const json_t *open = json_object_get(r, "open_sessions");
@@ -520,7 +540,7 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	if (!json_array_size(open))
 		printf(" none");
 	json_array_foreach(open, i, ring)
-		printf(" %s", json_string_value(ring));
+		printf(" %s", shown(json_string_value(ring)));
 	putchar('\n');
 	json_decref(r);
 	return EXIT_SUCCESS;
@@ -740,7 +760,7 @@ static int cmd_start(const struct command *cmd, struct args *a)
 	if (a->val[O_JSON])
 		print_json(s);
 	else
-		printf("%s\n", jstr(s, "id"));
+		printf("%s\n", jtext(s, "id"));
 	json_decref(s);
 	return EXIT_SUCCESS;
 }
@@ -784,7 +804,7 @@ static int cmd_keep(const struct command *cmd, struct args *a)
 		print_json(s);
 	else
 		printf("kept %s: retention will not delete it (remove %s/KEEP to undo)\n",
-		       jstr(s, "id"), jstr(s, "path"));
+		       jtext(s, "id"), jtext(s, "path"));
 	json_decref(s);
 	return EXIT_SUCCESS;
 }
@@ -916,7 +936,7 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 		return rc;
 	struct rp_err err = { 0 };
 	if (rp_summary_write(dir, &a->filter, stdout, &err) < 0) {
-		fprintf(stderr, "ringprof: %s\n", err.msg);
+		fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 		return EXIT_FAILURE;
 	}
 	return EXIT_SUCCESS;
@@ -953,7 +973,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 		return rc;
 	if (!out) {
 		if (rp_export_session(dir, a->val[O_HOST], mask, &opts, &err) < 0) {
-			fprintf(stderr, "ringprof: %s\n", err.msg);
+			fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 			return EXIT_FAILURE;
 		}
 		printf("exported %s\n", dir);
@@ -961,7 +981,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 	}
 	json_t *all, *m, *chosen = NULL;
 	if (rp_session_manifests(dir, &all, &err) < 0) {
-		fprintf(stderr, "ringprof: %s\n", err.msg);
+		fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 		return EXIT_FAILURE;
 	}
 	size_t i, n = 0;
@@ -981,7 +1001,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 		rc = usage_error(cmd, "%s was written by %zu hosts: name one with --host", dir, n);
 	else if (rp_export_host(dir, chosen, (enum rp_export_format)__builtin_ctz(mask), out,
 				&opts, &err) < 0)
-		fprintf(stderr, "ringprof: %s\n", err.msg);
+		fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 	else
 		rc = EXIT_SUCCESS;
 	json_decref(all);

@@ -1,5 +1,13 @@
-/* Control API server (api.h, docs/api.md).  libmicrohttpd runs one thread
- * per connection, so the ops are called from those threads, concurrently. */
+/* Control API server (api.h, docs/api.md).  Each listener is one
+ * libmicrohttpd daemon with epoll threads, so an idle or slow connection
+ * costs a socket, not a thread.  Ops run on a small pool of worker threads
+ * while their connection is suspended; when the pool's queue is full a
+ * request is answered 503 with Retry-After at once, and connections beyond
+ * the listener's limit wait in the kernel's accept queue, never reset.
+ * A connection gets header_timeout to send a request's headers (the
+ * bearer token is among them), counted from its connect or its previous
+ * answer; while its listener is full, connections that have waited over
+ * EVICT_AFTER_NS for their headers make room for new ones. */
 #include "api.h"
 
 #include <errno.h>
@@ -7,6 +15,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,11 +30,29 @@
 #include "config.h"
 #include "parse.h"
 
-#define MAX_CONNECTIONS 64
+/* A keep-alive connection between requests, or one whose client stopped
+ * reading its answer: closed after this long without traffic. */
 #define IDLE_TIMEOUT_S 30
 /* How long rp_api_stop waits for requests in progress (a snapshot writes
  * a session to disk) before closing their connections. */
 #define DRAIN_TIMEOUT_S 30
+/* Connections per MHD thread.  libmicrohttpd 0.9.75 calls epoll_wait
+ * again, with the full timeout and before handling anything, whenever
+ * one call returned its maximum of 128 events; a thread with fewer than
+ * 128 descriptors (connections, the listening socket, its wake-up pipe)
+ * never gets there. */
+#define CONNECTIONS_PER_THREAD 120u
+/* Workers for ops other than snapshots, so that status and metrics are
+ * answered while max_snapshots workers write sessions. */
+#define FAST_WORKERS 4
+#define RETRY_AFTER_S "1"
+/* While a listener is full, its connections that have waited this long
+ * for their headers are closed to make room: a client sends its request
+ * as it connects, so only slow ones lose their place, not those of a
+ * burst that MHD has yet to read. */
+#define EVICT_AFTER_NS 250000000ull
+/* Rejected and timed-out connections: one log line per this many seconds. */
+#define LOG_INTERVAL_NS (10 * 1000000000ull)
 
 enum op {
 	OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS,
@@ -40,6 +67,39 @@ struct listener {
 	struct MHD_Daemon *mhd;
 	int fd;
 	bool need_token;
+	unsigned connections;      /* open now (api->lock) */
+	unsigned max_connections;
+};
+
+/* A connection, from MHD's start notification to its close.  While it
+ * waits for a request's headers it is listed in api->waiting, oldest
+ * first, for the header deadline and for making room. */
+struct conn {
+	struct listener *l;
+	MHD_socket fd;
+	uint64_t waiting_since;    /* monotonic ns; 0: not listed */
+	struct conn *prev, *next;
+};
+
+/* Log lines about a kind of event, at most one per LOG_INTERVAL_NS, each
+ * saying how many were left out: a flood of bad clients must not flood
+ * the journal. */
+struct ratelog {
+	pthread_mutex_t lock;
+	uint64_t last_ns;
+	unsigned skipped;
+};
+
+/* Complete requests waiting for a worker, and the ones running. */
+struct work {
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct request *head, *tail;
+	unsigned pending;          /* queued or running */
+	unsigned heavy;            /* of those, snapshot-class ops */
+	bool stopping;
+	pthread_t *threads;
+	unsigned nthreads;
 };
 
 struct rp_api {
@@ -51,9 +111,17 @@ struct rp_api {
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	dev_t sock_dev;   /* so stop removes our socket, not a successor's */
 	ino_t sock_ino;
+	unsigned max_per_peer, max_requests, max_snapshots;
+	uint64_t header_timeout_ns;
 	pthread_mutex_t lock;
 	pthread_cond_t idle;
 	unsigned in_flight;  /* requests between their first byte and completion */
+	struct conn *waiting, *waiting_tail;  /* by waiting_since */
+	pthread_cond_t reap;                  /* monotonic clock */
+	pthread_t reaper;
+	bool reaper_started, reaper_stop;
+	struct work work;
+	struct ratelog mhd_log, slow_log;
 };
 
 /* Per-request state, from the headers to the completion callback. */
@@ -63,11 +131,66 @@ struct request {
 	char *body;
 	size_t len;
 	bool too_big;
+	char source[32];           /* from X-Ringprof-Client */
+	/* The answer, built wherever the request was handled and queued by
+	 * the access handler, the only place MHD allows that. */
+	unsigned status;
+	struct MHD_Response *response;
+	bool ran;                  /* a worker handled it */
+	/* While queued for a worker: */
+	struct MHD_Connection *c;
+	bool heavy;
+	struct request *next;
 };
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void ratelog(struct ratelog *r, const char *fmt, va_list ap)
+{
+	uint64_t now = mono_ns();
+	pthread_mutex_lock(&r->lock);
+	if (r->last_ns && now - r->last_ns < LOG_INTERVAL_NS) {
+		r->skipped++;
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	char line[512];
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	if (r->skipped)
+		fprintf(stderr, "ringprofd: api: %s (and %u more like it in the last %llu s)\n", line,
+			r->skipped, (unsigned long long)((now - r->last_ns) / 1000000000u));
+	else
+		fprintf(stderr, "ringprofd: api: %s\n", line);
+	r->last_ns = now;
+	r->skipped = 0;
+	pthread_mutex_unlock(&r->lock);
+}
+
+static void ratelog_line(struct ratelog *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	ratelog(r, fmt, ap);
+	va_end(ap);
+}
+
+/* libmicrohttpd's messages: one per refused connection under a flood. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct rp_api *api = cls;
+	ratelog(&api->mhd_log, fmt, ap);
+}
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char *text,
+/* Builds the answer into rq (see struct request). */
+static enum MHD_Result send_text(struct request *rq, unsigned status, char *text,
 				 const char *type, const char *header, const char *value)
 {
 	struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text,
@@ -79,13 +202,25 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
 	if (header)
 		MHD_add_response_header(r, header, value);
-	enum MHD_Result ret = MHD_queue_response(c, status, r);
-	MHD_destroy_response(r);
+	if (rq->response)
+		MHD_destroy_response(rq->response);
+	rq->status = status;
+	rq->response = r;
+	return MHD_YES;
+}
+
+static enum MHD_Result queue_answer(struct MHD_Connection *c, struct request *rq)
+{
+	if (!rq->response)
+		return MHD_NO;
+	enum MHD_Result ret = MHD_queue_response(c, rq->status, rq->response);
+	MHD_destroy_response(rq->response);
+	rq->response = NULL;
 	return ret;
 }
 
 /* Takes the reference to j. */
-static enum MHD_Result send_json_with(struct MHD_Connection *c, unsigned status, json_t *j,
+static enum MHD_Result send_json_with(struct request *rq, unsigned status, json_t *j,
 				      const char *header, const char *value)
 {
 	char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
@@ -97,7 +232,7 @@ static enum MHD_Result send_json_with(struct MHD_Connection *c, unsigned status,
 		return MHD_NO;
 	}
 	memcpy(line + n, "\n", 2);
-	return send_text(c, status, line, "application/json", header, value);
+	return send_text(rq, status, line, "application/json", header, value);
 }
 
 /* Error messages can quote bytes from the URL, which need not be UTF-8;
@@ -115,17 +250,17 @@ static json_t *json_message(const char *msg)
 	return json_string(clean);
 }
 
-static enum MHD_Result send_error_with(struct MHD_Connection *c, unsigned status, const char *msg,
+static enum MHD_Result send_error_with(struct request *rq, unsigned status, const char *msg,
 				       const char *header, const char *value)
 {
 	json_t *j = json_pack("{s:{s:i,s:o}}", "error", "status", (int)status,
 			      "message", json_message(msg));
-	return send_json_with(c, status, j, header, value);
+	return send_json_with(rq, status, j, header, value);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *msg)
+static enum MHD_Result send_error(struct request *rq, unsigned status, const char *msg)
 {
-	return send_error_with(c, status, msg, NULL, NULL);
+	return send_error_with(rq, status, msg, NULL, NULL);
 }
 
 /* The status for an op's (or our own validation's) negative errno. */
@@ -152,22 +287,22 @@ static unsigned status_for(int rc)
 	}
 }
 
-static enum MHD_Result send_failure(struct MHD_Connection *c, int rc, const struct rp_err *err)
+static enum MHD_Result send_failure(struct request *rq, int rc, const struct rp_err *err)
 {
-	return send_error(c, status_for(rc), err->msg[0] ? err->msg : strerror(-rc));
+	return send_error(rq, status_for(rc), err->msg[0] ? err->msg : strerror(-rc));
 }
 
-static enum MHD_Result reply(struct MHD_Connection *c, int rc, json_t *out,
+static enum MHD_Result reply(struct request *rq, int rc, json_t *out,
 			     const struct rp_err *err, unsigned ok_status)
 {
 	if (rc < 0) {
 		json_decref(out);
-		return send_failure(c, rc, err);
+		return send_failure(rq, rc, err);
 	}
 	if (!out)
-		return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+		return send_error(rq, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				  "the daemon produced no result: this is a bug in ringprofd, please report it");
-	return send_json_with(c, ok_status, out, NULL, NULL);
+	return send_json_with(rq, ok_status, out, NULL, NULL);
 }
 
 /* ---- request bodies ---- */
@@ -382,6 +517,12 @@ static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_e
 				  "field 'end' must be an RFC 3339 time such as \"2026-11-22T14:03:07Z\" or integer Unix nanoseconds, not %s",
 				  rp_api_type_name(v));
 	}
+	/* Before 1970 nothing was recorded; refusing it here also keeps the
+	 * daemon's wall-to-host arithmetic within int64. */
+	if (wall < 0)
+		return rp_err_set(err, -EINVAL,
+				  "field 'end': %lld ns lies before 1970: give a time while the daemon was recording",
+				  (long long)wall);
 	int64_t now = wall_now_ns();
 	if (wall > now + 1000000000) {
 		char end_s[48], now_s[48];
@@ -527,7 +668,8 @@ static bool same_secret(const char *got, const char *want)
 	return diff == 0;
 }
 
-static enum MHD_Result check_token(const struct rp_api *api, struct MHD_Connection *c, bool *ok)
+static enum MHD_Result check_token(const struct rp_api *api, struct MHD_Connection *c,
+				   struct request *rq, bool *ok)
 {
 	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	*ok = false;
@@ -539,10 +681,42 @@ static enum MHD_Result check_token(const struct rp_api *api, struct MHD_Connecti
 	}
 	if (*ok)
 		return MHD_YES;
-	return send_error_with(c, MHD_HTTP_UNAUTHORIZED,
+	return send_error_with(rq, MHD_HTTP_UNAUTHORIZED,
 			       h ? "wrong bearer token: send the token from ringprofd's [api] token_file as 'Authorization: Bearer <token>'"
 				 : "no bearer token: over TCP send 'Authorization: Bearer <token>' with the token from ringprofd's [api] token_file",
 			       MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"ringprofd\"");
+}
+
+/* How the request frames its body: a second Content-Length, or one next
+ * to Transfer-Encoding, lets a proxy in front of us and us disagree on
+ * where the request ends (request smuggling), so both are refused. */
+struct framing {
+	unsigned content_lengths;
+	bool transfer_encoding;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	(void)kind;
+	(void)value;
+	struct framing *f = cls;
+	if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH))
+		f->content_lengths++;
+	else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+		f->transfer_encoding = true;
+	return MHD_YES;
+}
+
+static const char *framing_problem(struct MHD_Connection *c)
+{
+	struct framing f = { 0 };
+	(void)MHD_get_connection_values(c, MHD_HEADER_KIND, count_framing, &f);
+	if (f.content_lengths > 1)
+		return "the request has more than one Content-Length header: send exactly one";
+	if (f.content_lengths && f.transfer_encoding)
+		return "the request has both Content-Length and Transfer-Encoding: send one of them";
+	return NULL;
 }
 
 /* First call for a request: headers only.  Answers at once what needs no
@@ -553,7 +727,7 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 	*answered = true;
 	if (l->need_token) {
 		bool ok;
-		enum MHD_Result ret = check_token(l->api, c, &ok);
+		enum MHD_Result ret = check_token(l->api, c, rq, &ok);
 		if (!ok)
 			return ret;
 	}
@@ -563,7 +737,7 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 		rp_err_set(&e, -ENOENT,
 			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop, /v1/sessions/ID/keep, /v1/alertmanager and /metrics",
 			   url);
-		return send_error(c, MHD_HTTP_NOT_FOUND, e.msg);
+		return send_error(rq, MHD_HTTP_NOT_FOUND, e.msg);
 	}
 	if (!strcmp(method, MHD_HTTP_METHOD_GET))
 		rq->op = r.get;
@@ -574,16 +748,20 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 	if (rq->op == OP_NONE) {
 		const char *allow = r.get == OP_NONE ? "POST" : r.post == OP_NONE ? "GET" : "GET, POST";
 		rp_err_set(&e, -EINVAL, "%.16s is not allowed on %.200s: use %s", method, url, allow);
-		return send_error_with(c, MHD_HTTP_METHOD_NOT_ALLOWED, e.msg, MHD_HTTP_HEADER_ALLOW, allow);
+		return send_error_with(rq, MHD_HTTP_METHOD_NOT_ALLOWED, e.msg, MHD_HTTP_HEADER_ALLOW, allow);
 	}
+	const char *framing = framing_problem(c);
+	if (framing)
+		return send_error(rq, MHD_HTTP_BAD_REQUEST, framing);
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (cl && strtoull(cl, NULL, 10) > RP_API_BODY_MAX) {
 		rp_err_set(&e, -E2BIG, "the request body is %.20s bytes, over the limit of %d bytes (64 KiB)",
 			   cl, RP_API_BODY_MAX);
-		return send_error(c, MHD_HTTP_CONTENT_TOO_LARGE, e.msg);
+		return send_error(rq, MHD_HTTP_CONTENT_TOO_LARGE, e.msg);
 	}
 	if (r.id && !(rq->id = strndup(r.id, r.id_len)))
 		return MHD_NO;
+	client_source(c, rq->source);
 	*answered = false;
 	return MHD_YES;
 }
@@ -604,7 +782,7 @@ static enum MHD_Result add_body(struct request *rq, const char *data, size_t n)
 	return MHD_YES;
 }
 
-static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, struct request *rq)
+static enum MHD_Result dispatch(struct rp_api *api, struct request *rq)
 {
 	const struct rp_api_ops *ops = api->ops;
 	struct rp_err err = { 0 };
@@ -614,15 +792,15 @@ static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, st
 	switch (rq->op) {
 	case OP_STATUS:
 		rc = ops->status(api->ctx, &out, &err);
-		return reply(c, rc, out, &err, MHD_HTTP_OK);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	case OP_LIST:
 		rc = ops->session_list(api->ctx, &out, &err);
-		return reply(c, rc, out, &err, MHD_HTTP_OK);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	case OP_GET:
 		rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
 		if (rc == 0)
 			rc = ops->session_get(api->ctx, rq->id, &out, &err);
-		return reply(c, rc, out, &err, MHD_HTTP_OK);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	case OP_STOP:
 	case OP_KEEP: {
 		static const char *const none[] = { NULL };
@@ -635,35 +813,35 @@ static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, st
 			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
 		if (rc == 0)
 			rc = (stop ? ops->session_stop : ops->session_keep)(api->ctx, rq->id, &out, &err);
-		return reply(c, rc, out, &err, MHD_HTTP_OK);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	}
 	case OP_SNAPSHOT: {
 		struct rp_snapshot_req req = { 0 };
-		client_source(c, req.source);
+		memcpy(req.source, rq->source, sizeof(req.source));
 		rc = parse_snapshot(api, rq, &req, &err);
 		if (rc == 0)
 			rc = ops->snapshot(api->ctx, &req, &out, &err);
-		return reply(c, rc, out, &err, MHD_HTTP_CREATED);
+		return reply(rq, rc, out, &err, MHD_HTTP_CREATED);
 	}
 	case OP_START: {
 		struct rp_session_req req = { 0 };
-		client_source(c, req.source);
+		memcpy(req.source, rq->source, sizeof(req.source));
 		rc = parse_session(api, rq, &req, &err);
 		if (rc == 0)
 			rc = ops->session_start(api->ctx, &req, &out, &err);
-		return reply(c, rc, out, &err, MHD_HTTP_CREATED);
+		return reply(rq, rc, out, &err, MHD_HTTP_CREATED);
 	}
 	case OP_METRICS: {
 		char *text = NULL;
 		rc = ops->metrics(api->ctx, &text, &err);
 		if (rc < 0) {
 			free(text);
-			return send_failure(c, rc, &err);
+			return send_failure(rq, rc, &err);
 		}
 		if (!text)
-			return send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+			return send_error(rq, MHD_HTTP_INTERNAL_SERVER_ERROR,
 					  "the daemon produced no metrics: this is a bug in ringprofd, please report it");
-		return send_text(c, MHD_HTTP_OK, text, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+		return send_text(rq, MHD_HTTP_OK, text, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
 	}
 	case OP_ALERTMANAGER: {
 		/* Alertmanager's payload, not ours: parsed leniently (alerts.h). */
@@ -673,7 +851,7 @@ static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, st
 			rc = ops->alertmanager(api->ctx, &alerts, &out, &err);
 			rp_alerts_free(&alerts);
 		}
-		return reply(c, rc, out, &err, MHD_HTTP_OK);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	}
 	case OP_NONE:
 		break;
@@ -681,26 +859,295 @@ static enum MHD_Result dispatch(struct rp_api *api, struct MHD_Connection *c, st
 	return MHD_NO;
 }
 
+/* ---- connections: the header deadline ---- */
+
+static struct conn *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+/* With api->lock held. */
+static void start_waiting(struct rp_api *api, struct conn *k)
+{
+	k->waiting_since = mono_ns();
+	k->next = NULL;
+	k->prev = api->waiting_tail;
+	if (api->waiting_tail)
+		api->waiting_tail->next = k;
+	else
+		api->waiting = k;
+	api->waiting_tail = k;
+	if (api->waiting == k)  /* the reaper slept without a deadline */
+		pthread_cond_signal(&api->reap);
+}
+
+static void stop_waiting(struct rp_api *api, struct conn *k)
+{
+	if (!k->waiting_since)
+		return;
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		api->waiting = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	else
+		api->waiting_tail = k->prev;
+	k->prev = k->next = NULL;
+	k->waiting_since = 0;
+}
+
+/* Ends a connection that waits for headers.  MHD sees end of file and
+ * closes it in its own thread; the socket is still open here, as MHD
+ * announces the close (which takes api->lock) before closing it.  Should
+ * MHD not look at the socket, the connection's own timeout, header_timeout
+ * while it waits for headers (set_timeout), closes it: the shut socket
+ * reads no more, so the client cannot renew it. */
+static void drop_waiting(struct rp_api *api, struct conn *k)
+{
+	stop_waiting(api, k);
+	(void)shutdown(k->fd, SHUT_RDWR);
+}
+
+/* MHD's idle timeout of c: header_timeout while it waits for headers,
+ * IDLE_TIMEOUT_S while a request is read and answered.  Only from MHD's
+ * thread (its callbacks), which owns the timeout lists. */
+static void set_timeout(struct rp_api *api, struct MHD_Connection *c, bool waiting)
+{
+	unsigned s = waiting ? (unsigned)((api->header_timeout_ns + 999999999u) / 1000000000u)
+			     : IDLE_TIMEOUT_S;
+	(void)MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s);
+}
+
+/* With api->lock held.  Whether l is full: then the reaper looks again
+ * soon, as waiting connections pass EVICT_AFTER_NS. */
+static bool make_room(struct rp_api *api, struct listener *l, uint64_t now)
+{
+	if (l->connections < l->max_connections)
+		return false;
+	for (struct conn *k = api->waiting, *next; k && now - k->waiting_since >= EVICT_AFTER_NS;
+	     k = next) {
+		next = k->next;
+		if (k->l != l)
+			continue;
+		drop_waiting(api, k);
+		ratelog_line(&api->slow_log,
+			     "%u connections open on the %s listener, its limit ([api] max_connections): closed one that waited over 250ms for its request headers",
+			     l->connections, l->need_token ? "TCP" : "Unix socket");
+	}
+	return true;
+}
+
+static void notify_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			      enum MHD_ConnectionNotificationCode why)
+{
+	struct listener *l = cls;
+	struct rp_api *api = l->api;
+	struct conn *k = *socket_context;
+	if (why == MHD_CONNECTION_NOTIFY_CLOSED) {
+		pthread_mutex_lock(&api->lock);
+		l->connections--;
+		if (k)
+			stop_waiting(api, k);
+		pthread_mutex_unlock(&api->lock);
+		free(k);
+		*socket_context = NULL;
+		return;
+	}
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	k = ci ? calloc(1, sizeof(*k)) : NULL;
+	pthread_mutex_lock(&api->lock);
+	l->connections++;
+	if (k) {
+		*k = (struct conn){ .l = l, .fd = ci->connect_fd };
+		*socket_context = k;
+		start_waiting(api, k);
+	}
+	if (make_room(api, l, mono_ns()))
+		pthread_cond_signal(&api->reap);
+	pthread_mutex_unlock(&api->lock);
+	set_timeout(api, c, true);
+}
+
+static void *reaper_main(void *arg)
+{
+	struct rp_api *api = arg;
+	char limit[32];
+	rp_format_duration(api->header_timeout_ns, limit, sizeof(limit));
+	pthread_mutex_lock(&api->lock);
+	while (!api->reaper_stop) {
+		uint64_t now = mono_ns();
+		while (api->waiting && now - api->waiting->waiting_since >= api->header_timeout_ns) {
+			drop_waiting(api, api->waiting);
+			ratelog_line(&api->slow_log,
+				     "closed a connection that sent no complete request headers within %s ([api] header_timeout): a slow client or an attack",
+				     limit);
+		}
+		bool full = make_room(api, &api->unix_l, now);
+		full = make_room(api, &api->tcp_l, now) || full;
+		uint64_t due = api->waiting ? api->waiting->waiting_since + api->header_timeout_ns
+					    : now + api->header_timeout_ns;
+		if (full && due > now + EVICT_AFTER_NS / 4)
+			due = now + EVICT_AFTER_NS / 4;
+		struct timespec until = { .tv_sec = (time_t)(due / 1000000000u),
+					  .tv_nsec = (long)(due % 1000000000u) };
+		(void)pthread_cond_timedwait(&api->reap, &api->lock, &until);
+	}
+	pthread_mutex_unlock(&api->lock);
+	return NULL;
+}
+
+/* ---- work: ops on worker threads ---- */
+
+static const char shutting_down[] = "ringprofd is shutting down: retry when it is back";
+
+/* Snapshot-class ops write sessions; they have their own, lower limit. */
+static bool is_heavy(enum op op)
+{
+	return op == OP_SNAPSHOT || op == OP_START || op == OP_STOP || op == OP_ALERTMANAGER;
+}
+
+/* Hands a complete request to the workers, or refuses it at once when the
+ * daemon is busy: a 503 with Retry-After, not a dropped connection. */
+static enum MHD_Result submit(struct rp_api *api, struct MHD_Connection *c, struct request *rq)
+{
+	struct work *w = &api->work;
+	char msg[256] = "";
+	rq->heavy = is_heavy(rq->op);
+	pthread_mutex_lock(&w->lock);
+	if (w->stopping)
+		snprintf(msg, sizeof(msg), "%s", shutting_down);
+	else if (rq->heavy && w->heavy >= api->max_snapshots)
+		snprintf(msg, sizeof(msg),
+			 "%u snapshots or session changes are in progress, the daemon's limit ([api] max_snapshots): retry in a few seconds",
+			 w->heavy);
+	else if (w->pending >= api->max_requests)
+		snprintf(msg, sizeof(msg),
+			 "%u requests are in progress, the daemon's limit ([api] max_requests): retry in a second",
+			 w->pending);
+	if (!msg[0]) {
+		MHD_suspend_connection(c);
+		rq->c = c;
+		w->pending++;
+		w->heavy += rq->heavy;
+		if (w->tail)
+			w->tail->next = rq;
+		else
+			w->head = rq;
+		w->tail = rq;
+		pthread_cond_signal(&w->wake);
+	}
+	pthread_mutex_unlock(&w->lock);
+	if (!msg[0])
+		return MHD_YES;
+	if (send_error_with(rq, MHD_HTTP_SERVICE_UNAVAILABLE, msg, MHD_HTTP_HEADER_RETRY_AFTER,
+			    RETRY_AFTER_S) == MHD_NO)
+		return MHD_NO;
+	return queue_answer(c, rq);
+}
+
+/* The request has its answer: give its connection back to MHD, which
+ * calls the handler again to queue it (and may free rq at once). */
+static void finish_job(struct work *w, struct request *rq)
+{
+	struct MHD_Connection *c = rq->c;
+	rq->ran = true;
+	pthread_mutex_lock(&w->lock);
+	w->pending--;
+	w->heavy -= rq->heavy;
+	pthread_mutex_unlock(&w->lock);
+	MHD_resume_connection(c);
+}
+
+static void *worker_main(void *arg)
+{
+	struct rp_api *api = arg;
+	struct work *w = &api->work;
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		while (!w->head && !w->stopping)
+			pthread_cond_wait(&w->wake, &w->lock);
+		if (w->stopping)
+			break;
+		struct request *rq = w->head;
+		if (!(w->head = rq->next))
+			w->tail = NULL;
+		pthread_mutex_unlock(&w->lock);
+		(void)dispatch(api, rq);
+		finish_job(w, rq);
+		pthread_mutex_lock(&w->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+static int start_work(struct rp_api *api, struct rp_err *err)
+{
+	struct work *w = &api->work;
+	w->threads = calloc(api->max_snapshots + FAST_WORKERS, sizeof(*w->threads));
+	if (!w->threads)
+		return rp_err_set(err, -ENOMEM, "out of memory starting the API");
+	for (unsigned i = 0; i < api->max_snapshots + FAST_WORKERS; i++) {
+		int rc = pthread_create(&w->threads[i], NULL, worker_main, api);
+		if (rc)
+			return rp_err_set(err, -rc, "cannot start the API's worker threads: %s", strerror(rc));
+		w->nthreads++;
+	}
+	return 0;
+}
+
+/* Queued requests are answered 503; running ones finish. */
+static void stop_work(struct work *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->stopping = true;
+	struct request *q = w->head;
+	w->head = w->tail = NULL;
+	pthread_cond_broadcast(&w->wake);
+	pthread_mutex_unlock(&w->lock);
+	while (q) {
+		struct request *next = q->next;
+		(void)send_error_with(q, MHD_HTTP_SERVICE_UNAVAILABLE, shutting_down,
+				      MHD_HTTP_HEADER_RETRY_AFTER, RETRY_AFTER_S);
+		finish_job(w, q);
+		q = next;
+	}
+	for (unsigned i = 0; i < w->nthreads; i++)
+		pthread_join(w->threads[i], NULL);
+	w->nthreads = 0;
+}
+
+/* ---- the access handler ---- */
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
 			      const char *method, const char *version, const char *upload,
 			      size_t *upload_size, void **con_cls)
 {
 	(void)version;
 	struct listener *l = cls;
+	struct rp_api *api = l->api;
 	struct request *rq = *con_cls;
 	if (!rq) {
 		if (!(rq = calloc(1, sizeof(*rq))))
 			return MHD_NO;
 		*con_cls = rq;
-		pthread_mutex_lock(&l->api->lock);
-		l->api->in_flight++;
-		pthread_mutex_unlock(&l->api->lock);
+		struct conn *k = conn_of(c);
+		pthread_mutex_lock(&api->lock);
+		api->in_flight++;
+		if (k)
+			stop_waiting(api, k);
+		pthread_mutex_unlock(&api->lock);
+		set_timeout(api, c, false);
 		bool answered;
 		enum MHD_Result ret = begin(l, c, url, method, rq, &answered);
-		if (answered)
-			rq->op = OP_NONE;
-		return ret;
+		if (!answered || ret == MHD_NO)
+			return ret;
+		rq->op = OP_NONE;
+		return queue_answer(c, rq);
 	}
+	if (rq->ran)
+		return queue_answer(c, rq);
 	if (rq->op == OP_NONE)  /* answered already; MHD drops the rest */
 		return MHD_YES;
 	if (*upload_size) {
@@ -712,28 +1159,36 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 		struct rp_err e;
 		rp_err_set(&e, -E2BIG, "the request body is over the limit of %d bytes (64 KiB)",
 			   RP_API_BODY_MAX);
-		return send_failure(c, e.code, &e);
+		if (send_failure(rq, e.code, &e) == MHD_NO)
+			return MHD_NO;
+		return queue_answer(c, rq);
 	}
-	return dispatch(l->api, c, rq);
+	return submit(api, c, rq);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		      enum MHD_RequestTerminationCode why)
 {
-	(void)c;
-	(void)why;
 	struct listener *l = cls;
+	struct rp_api *api = l->api;
 	struct request *rq = *con_cls;
 	if (!rq)
 		return;
+	if (rq->response)
+		MHD_destroy_response(rq->response);
 	free(rq->id);
 	free(rq->body);
 	free(rq);
 	*con_cls = NULL;
-	pthread_mutex_lock(&l->api->lock);
-	if (--l->api->in_flight == 0)
-		pthread_cond_broadcast(&l->api->idle);
-	pthread_mutex_unlock(&l->api->lock);
+	struct conn *k = why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? conn_of(c) : NULL;
+	if (k)
+		set_timeout(api, c, true);
+	pthread_mutex_lock(&api->lock);
+	if (k)  /* kept alive: the next request's headers are due in time too */
+		start_waiting(api, k);
+	if (--api->in_flight == 0)
+		pthread_cond_broadcast(&api->idle);
+	pthread_mutex_unlock(&api->lock);
 }
 
 /* ---- sockets ---- */
@@ -811,7 +1266,7 @@ static int unix_listen(struct rp_api *api, const char *path, struct rp_err *err)
 				  path, strerror(e));
 	}
 	struct stat st;
-	if (chmod(path, 0660) < 0 || listen(fd, 64) < 0 || stat(path, &st) < 0) {
+	if (chmod(path, 0660) < 0 || listen(fd, SOMAXCONN) < 0 || stat(path, &st) < 0) {
 		e = errno;
 		close(fd);
 		unlink(path);
@@ -858,7 +1313,7 @@ static int tcp_listen(struct rp_api *api, const char *spec, struct rp_err *err)
 		}
 		int on = 1;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
 			e = errno;
 			close(fd);
 			fd = -1;
@@ -874,12 +1329,24 @@ static int tcp_listen(struct rp_api *api, const char *spec, struct rp_err *err)
 
 static int start_mhd(struct listener *l, struct rp_err *err)
 {
-	l->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-				  MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG,
+	struct rp_api *api = l->api;
+	/* One thread needs no pool (MHD warns about a pool of one). */
+	unsigned threads = (l->max_connections + CONNECTIONS_PER_THREAD - 1) / CONNECTIONS_PER_THREAD;
+	struct MHD_OptionItem pool[] = {
+		{ threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL },
+		{ MHD_OPTION_END, 0, NULL },
+	};
+	/* The logger comes first, so that start-up messages go through it. */
+	l->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+				  MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
 				  0, NULL, NULL, handle, l,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, api,
 				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
 				  MHD_OPTION_NOTIFY_COMPLETED, completed, l,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+				  MHD_OPTION_NOTIFY_CONNECTION, notify_connection, l,
+				  MHD_OPTION_CONNECTION_LIMIT, l->max_connections,
+				  MHD_OPTION_ARRAY, pool,
+				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, l->need_token ? api->max_per_peer : 0u,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S,
 				  MHD_OPTION_END);
 	if (!l->mhd)
@@ -915,12 +1382,38 @@ int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops, v
 	api->ops = ops;
 	api->ctx = ctx;
 	api->max_duration_ns = opts->max_duration_ns;
-	api->unix_l = (struct listener){ .api = api, .fd = -1 };
-	api->tcp_l = (struct listener){ .api = api, .fd = -1, .need_token = true };
+	unsigned max_connections = opts->max_connections ? opts->max_connections
+							  : RP_API_MAX_CONNECTIONS;
+	api->unix_l = (struct listener){ .api = api, .fd = -1, .max_connections = max_connections };
+	api->tcp_l = (struct listener){ .api = api, .fd = -1, .need_token = true,
+					.max_connections = max_connections };
+	api->max_per_peer = opts->max_connections_per_peer ? opts->max_connections_per_peer
+							    : RP_API_MAX_CONNECTIONS_PER_PEER;
+	api->max_requests = opts->max_requests ? opts->max_requests : RP_API_MAX_REQUESTS;
+	api->max_snapshots = opts->max_snapshots ? opts->max_snapshots : RP_API_MAX_SNAPSHOTS;
+	api->header_timeout_ns = opts->header_timeout_ns ? opts->header_timeout_ns
+							 : RP_API_HEADER_TIMEOUT_NS;
 	pthread_mutex_init(&api->lock, NULL);
 	pthread_cond_init(&api->idle, NULL);
+	pthread_condattr_t monotonic;
+	pthread_condattr_init(&monotonic);
+	pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+	pthread_cond_init(&api->reap, &monotonic);
+	pthread_condattr_destroy(&monotonic);
+	pthread_mutex_init(&api->work.lock, NULL);
+	pthread_cond_init(&api->work.wake, NULL);
+	pthread_mutex_init(&api->mhd_log.lock, NULL);
+	pthread_mutex_init(&api->slow_log.lock, NULL);
 
-	int rc = unix_listen(api, opts->socket_path, err);
+	int rc = start_work(api, err);
+	if (rc == 0) {
+		rc = -pthread_create(&api->reaper, NULL, reaper_main, api);
+		if (rc < 0)
+			rp_err_set(err, rc, "cannot start the API's header-deadline thread: %s", strerror(-rc));
+		api->reaper_started = rc == 0;
+	}
+	if (rc == 0)
+		rc = unix_listen(api, opts->socket_path, err);
 	if (rc == 0 && opts->tcp_listen) {
 		if (!(api->token = strdup(opts->token)))
 			rc = rp_err_set(err, -ENOMEM, "out of memory starting the API");
@@ -952,6 +1445,7 @@ void rp_api_stop(struct rp_api *api)
 	    st.st_dev == api->sock_dev && st.st_ino == api->sock_ino)
 		unlink(api->socket_path);
 
+	stop_work(&api->work);
 	struct timespec deadline;
 	clock_gettime(CLOCK_REALTIME, &deadline);
 	deadline.tv_sec += DRAIN_TIMEOUT_S;
@@ -962,6 +1456,19 @@ void rp_api_stop(struct rp_api *api)
 
 	shut(&api->tcp_l);
 	shut(&api->unix_l);
+	if (api->reaper_started) {
+		pthread_mutex_lock(&api->lock);
+		api->reaper_stop = true;
+		pthread_cond_signal(&api->reap);
+		pthread_mutex_unlock(&api->lock);
+		pthread_join(api->reaper, NULL);
+	}
+	free(api->work.threads);
+	pthread_mutex_destroy(&api->slow_log.lock);
+	pthread_mutex_destroy(&api->mhd_log.lock);
+	pthread_cond_destroy(&api->work.wake);
+	pthread_mutex_destroy(&api->work.lock);
+	pthread_cond_destroy(&api->reap);
 	pthread_cond_destroy(&api->idle);
 	pthread_mutex_destroy(&api->lock);
 	free(api->token);

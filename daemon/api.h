@@ -62,13 +62,24 @@ struct rp_api_opts {
 	const char *tcp_listen;    /* "host:port" or NULL */
 	const char *token;         /* required when tcp_listen is set */
 	uint64_t max_duration_ns;  /* upper bound for durations in requests */
+	/* 0: the RP_API_ default (config.h).  Over max_connections connections wait in
+	 * the kernel's accept queue; over max_requests (or max_snapshots for
+	 * snapshots, session starts and stops, Alertmanager batches) requests
+	 * are answered 503 with Retry-After.  header_timeout_ns bounds the
+	 * time from a connect (or the previous answer) to complete headers. */
+	unsigned max_connections;
+	unsigned max_connections_per_peer;
+	uint64_t header_timeout_ns;
+	unsigned max_requests;
+	unsigned max_snapshots;
 };
 
 struct rp_api;
 
 int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops,
 		 void *ctx, struct rp_api **out, struct rp_err *err);
-/* Stops accepting, finishes requests in progress, removes the socket. */
+/* Stops accepting, finishes requests in progress (queued ones get 503),
+ * removes the socket. */
 void rp_api_stop(struct rp_api *api);
 
 /* "an object", "a string", ...: a JSON value's type, for messages. */

@@ -48,6 +48,11 @@ void rp_config_defaults(struct rp_config *c)
 	snprintf(c->default_run, sizeof(c->default_run), "default");
 	c->default_last_ns = 30 * SEC;
 	c->max_duration_ns = 3600 * SEC;
+	c->api_max_connections = RP_API_MAX_CONNECTIONS;
+	c->api_max_connections_per_peer = RP_API_MAX_CONNECTIONS_PER_PEER;
+	c->api_header_timeout_ns = RP_API_HEADER_TIMEOUT_NS;
+	c->api_max_requests = RP_API_MAX_REQUESTS;
+	c->api_max_snapshots = RP_API_MAX_SNAPSHOTS;
 	c->sessions_max_bytes = 10 * 1024 * MiB;
 	c->sessions_max_count = 1000;
 	c->session_exports = RP_EXPORT_ALL;
@@ -207,6 +212,42 @@ static int set_token_file(struct rp_config *c, struct rp_ring_config *r, const c
 {
 	(void)r;
 	return set_string(c->token_file, sizeof(c->token_file), v, true, err);
+}
+
+static int set_api_max_connections(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				   struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 4096, &c->api_max_connections, err);
+}
+
+static int set_api_max_connections_per_peer(struct rp_config *c, struct rp_ring_config *r,
+					    const char *v, struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 4096, &c->api_max_connections_per_peer, err);
+}
+
+static int set_api_header_timeout(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				  struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 100 * MS, 600 * SEC, &c->api_header_timeout_ns, err);
+}
+
+static int set_api_max_requests(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 100000, &c->api_max_requests, err);
+}
+
+/* Each is a worker thread. */
+static int set_api_max_snapshots(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				 struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 64, &c->api_max_snapshots, err);
 }
 
 static int set_budget(struct rp_config *c, struct rp_ring_config *r, const char *v,
@@ -607,7 +648,12 @@ static const struct section_def {
 	{"daemon", KEYS({"socket", set_socket}, {"state_dir", set_state_dir},
 			{"logdir", set_logdir}, {"poll_interval", set_poll_interval},
 			{"seal_interval", set_seal_interval}, {"host_name", set_host_name})},
-	{"api", KEYS({"tcp_listen", set_tcp_listen}, {"token_file", set_token_file})},
+	{"api", KEYS({"tcp_listen", set_tcp_listen}, {"token_file", set_token_file},
+		     {"max_connections", set_api_max_connections},
+		     {"max_connections_per_peer", set_api_max_connections_per_peer},
+		     {"header_timeout", set_api_header_timeout},
+		     {"max_requests", set_api_max_requests},
+		     {"max_snapshots", set_api_max_snapshots})},
 	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
 	{"producers", KEYS({"ring_size", set_ring_size}, {"max_rings", set_max_rings},
@@ -1016,6 +1062,11 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	fprintf(out, "\n[api]\n");
 	print_string(out, "tcp_listen", c->tcp_listen);
 	print_string(out, "token_file", c->token_file);
+	fprintf(out, "max_connections = %u\nmax_connections_per_peer = %u\n", c->api_max_connections,
+		c->api_max_connections_per_peer);
+	print_duration(out, "header_timeout", c->api_header_timeout_ns);
+	fprintf(out, "max_requests = %u\nmax_snapshots = %u\n", c->api_max_requests,
+		c->api_max_snapshots);
 	fprintf(out, "\n[rings]\n");
 	print_size(out, "budget", c->ring_default.budget_bytes);
 	print_size(out, "slot_size", c->ring_default.slot_size);

@@ -24,6 +24,13 @@
 #define RP_CONFIG_MAX_PIDS 32
 #define RP_PID_MAX 4194304
 
+/* [api] limits against slow and flooding clients (defaults). */
+#define RP_API_MAX_CONNECTIONS 256
+#define RP_API_MAX_CONNECTIONS_PER_PEER 32
+#define RP_API_HEADER_TIMEOUT_NS (10 * 1000000000ull)
+#define RP_API_MAX_REQUESTS 128
+#define RP_API_MAX_SNAPSHOTS 4
+
 /* Snapshots a trigger (an alert, a rule) takes: the window around the
  * trigger's moment, and how often. */
 struct rp_trigger_config {
@@ -69,6 +76,11 @@ struct rp_config {
 	/* [api] */
 	char tcp_listen[64];     /* "host:port"; "" = no TCP */
 	char token_file[PATH_MAX];  /* bearer token for TCP; required with tcp_listen */
+	unsigned api_max_connections;   /* per listener; more wait in the accept queue */
+	unsigned api_max_connections_per_peer; /* TCP, per client address */
+	uint64_t api_header_timeout_ns; /* connect (or last answer) to complete headers */
+	unsigned api_max_requests;      /* in progress at once; more get 503 */
+	unsigned api_max_snapshots;     /* snapshot-class requests at once; more get 503 */
 	/* [rings] defaults; [ring.NAME] per device */
 	struct rp_ring_config ring_default;
 	struct rp_ring_config rings[RP_CONFIG_MAX_RINGS];

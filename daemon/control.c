@@ -480,8 +480,9 @@ static int op_snapshot(void *ctx, const struct rp_snapshot_req *req, json_t **ou
 	fill_opts(c, &o, req->name, req->run, req->source, req->reason);
 	uint64_t end = t_req;
 	if (req->has_end) {
-		int64_t host_end = req->end_wall_ns - o.wall_offset_ns;
-		if (host_end < 0)
+		int64_t host_end;
+		if (__builtin_sub_overflow(req->end_wall_ns, o.wall_offset_ns, &host_end) ||
+		    host_end < 0)
 			return rp_err_set(err, -EINVAL,
 					  "end time lies before this host booted: nothing was recorded then");
 		if ((uint64_t)host_end < end)

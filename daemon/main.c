@@ -164,6 +164,11 @@ int main(int argc, char **argv)
 		.tcp_listen = cfg.tcp_listen[0] ? cfg.tcp_listen : NULL,
 		.token = token[0] ? token : NULL,
 		.max_duration_ns = cfg.max_duration_ns,
+		.max_connections = cfg.api_max_connections,
+		.max_connections_per_peer = cfg.api_max_connections_per_peer,
+		.header_timeout_ns = cfg.api_header_timeout_ns,
+		.max_requests = cfg.api_max_requests,
+		.max_snapshots = cfg.api_max_snapshots,
 	};
 	/* The rules watch what the ingest thread drains: they outlive the rings. */
 	int rc = rp_rules_new(cfg.rules, cfg.nrules, &rules, &err);

@@ -12,6 +12,7 @@
 #include "session.h"
 #include "symbolize.h"
 #include "table.h"
+#include "text.h"
 #include "writers.h"
 
 /* Durations go into log-spaced buckets, 32 per power of two: percentiles
@@ -32,6 +33,8 @@
 #define SHALLOW_MIN_SAMPLES 20
 /* Where a process's short stacks end: the first few files, counted. */
 #define SHALLOW_ENDS 4
+/* Text from producers and the manifest, escaped (text.h): longer is cut. */
+#define TEXT_MAX 1024
 
 /* One line of the summary: a range name, a counter or an instant. */
 struct stat_entry {
@@ -363,21 +366,12 @@ static void print_functions(FILE *out, struct tally *t)
 		const struct func_stat *f = &t->funcs[i];
 		if (!f->shown)
 			continue;
+		char name[TEXT_MAX], module[TEXT_MAX];
 		fprintf(out, "%7.2f %7.2f %8llu %8llu  %-40s %s\n", 100.0 * (double)f->self / all,
 			100.0 * (double)f->total / all, (unsigned long long)f->self,
-			(unsigned long long)f->total, f->name, f->module ? f->module : "");
+			(unsigned long long)f->total, rp_text_escape(f->name, name, sizeof(name)),
+			rp_text_escape(f->module, module, sizeof(module)));
 	}
-}
-
-/* s, cut to cap - 1 bytes, with control characters (a newline in a
- * command line) as '?', so that each process keeps to its line. */
-static const char *one_line(const char *s, char *buf, size_t cap)
-{
-	size_t i = 0;
-	for (; s && s[i] && i + 1 < cap; i++)
-		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
-	buf[i] = 0;
-	return buf;
 }
 
 static void print_processes(FILE *out, struct tally *t)
@@ -397,9 +391,9 @@ static void print_processes(FILE *out, struct tally *t)
 		char name[17], cmdline[81];
 		const char *pname = rp_reader_process_name(t->r, p->pid);
 		fprintf(out, "%-16s %8u %8llu %10s %6.2f%%  %s\n",
-			pname ? one_line(pname, name, sizeof(name)) : "?", p->pid,
+			pname ? rp_text_escape(pname, name, sizeof(name)) : "?", p->pid,
 			(unsigned long long)p->samples, ms, 100.0 * (double)p->samples / (double)t->samples,
-			one_line(rp_reader_process_cmdline(t->r, p->pid), cmdline, sizeof(cmdline)));
+			rp_text_escape(rp_reader_process_cmdline(t->r, p->pid), cmdline, sizeof(cmdline)));
 	}
 }
 
@@ -416,17 +410,17 @@ static void print_shallow(FILE *out, const struct tally *t)
 		unsigned top = 0;
 		for (unsigned k = 1; k < SHALLOW_ENDS; k++)
 			top = p->ends[k].n > p->ends[top].n ? k : top;
-		char name[17], module[81];
+		char name[TEXT_MAX], module[TEXT_MAX];
 		const char *pname = rp_reader_process_name(t->r, p->pid);
 		fprintf(out, "\nwarning: the stacks of %s (pid %u) look cut short: %.0f%% of its %llu "
 			"samples have at most %d user frames, the outermost mostly in %s, likely "
 			"built without frame pointers (the sampler walks them).  Rebuild it with "
 			"-fno-omit-frame-pointer; for Python, use a libpython built so (3.12+ with "
 			"-X perf then names the Python functions too)\n",
-			pname ? one_line(pname, name, sizeof(name)) : "?", p->pid,
+			pname ? rp_text_escape(pname, name, sizeof(name)) : "?", p->pid,
 			100.0 * (double)p->shallow / (double)p->user_samples,
 			(unsigned long long)p->user_samples, SHALLOW_FRAMES,
-			p->ends[top].module ? one_line(p->ends[top].module, module, sizeof(module))
+			p->ends[top].module ? rp_text_escape(p->ends[top].module, module, sizeof(module))
 					    : "code outside any mapped file");
 	}
 }
@@ -460,8 +454,8 @@ static void print_filter(FILE *out, const struct rp_reader *r)
 	if (!f)
 		return;
 	char text[1024], line[1024];
-	fprintf(out, "filter     %s: ", one_line(rp_reader_filter_text(f, text, sizeof(text)), line,
-						 sizeof(line)));
+	fprintf(out, "filter     %s: ", rp_text_escape(rp_reader_filter_text(f, text, sizeof(text)), line,
+						      sizeof(line)));
 	if (!n)
 		fprintf(out, "no process of the session matches\n");
 	for (size_t i = 0; i < n; i++)
@@ -469,26 +463,34 @@ static void print_filter(FILE *out, const struct rp_reader *r)
 			i + 1 == n ? " (and host-wide counters)\n" : "");
 }
 
+/* A string of the manifest, which is read from a directory others can
+ * write to, escaped for the terminal; "(null)" where it is missing. */
+static const char *mtext(json_t *o, const char *key, char buf[TEXT_MAX])
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? rp_text_escape(s, buf, TEXT_MAX) : "(null)";
+}
+
 static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt)
 {
-	fprintf(out, "session    %s (run %s, %s, %s)\n",
-		json_string_value(json_object_get(m, "id")), json_string_value(json_object_get(m, "run")),
-		json_string_value(json_object_get(m, "kind")), json_string_value(json_object_get(m, "state")));
-	fprintf(out, "host       %s\n", json_string_value(json_object_get(m, "host")));
+	char a[TEXT_MAX], b[TEXT_MAX], c[TEXT_MAX], d[TEXT_MAX];
+	fprintf(out, "session    %s (run %s, %s, %s)\n", mtext(m, "id", a), mtext(m, "run", b),
+		mtext(m, "kind", c), mtext(m, "state", d));
+	fprintf(out, "host       %s\n", mtext(m, "host", a));
 	print_window(out, "requested", json_object_get(m, "requested"));
 	print_window(out, "covered", json_object_get(m, "covered"));
 	if (json_is_false(json_object_get(m, "complete_coverage")))
 		fprintf(out, "           (the rings held less than the requested window)\n");
 	json_t *trigger = json_object_get(m, "trigger");
 	const char *reason = json_string_value(json_object_get(trigger, "reason"));
-	fprintf(out, "trigger    %s%s%s\n", json_string_value(json_object_get(trigger, "source")),
-		reason ? ": " : "", reason ? reason : "");
+	fprintf(out, "trigger    %s%s%s\n", mtext(trigger, "source", a), reason ? ": " : "",
+		reason ? rp_text_escape(reason, b, sizeof(b)) : "");
 	print_filter(out, t->r);
 	fprintf(out, "\n%-12s %12s %10s %8s\n", "device", "events", "dropped", "lost");
 	size_t i;
 	json_t *dev;
 	json_array_foreach(json_object_get(m, "devices"), i, dev)
-		fprintf(out, "%-12s %12lld %10lld %8lld\n", json_string_value(json_object_get(dev, "device")),
+		fprintf(out, "%-12s %12lld %10lld %8lld\n", mtext(dev, "device", a),
 			json_integer_value(json_object_get(dev, "events")),
 			json_integer_value(json_object_get(dev, "dropped")),
 			json_integer_value(json_object_get(dev, "lost_chunks")));
@@ -505,7 +507,8 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 				"total ms", "mean ms", "p50 ms", "p99 ms", "max ms");
 			header = true;
 		}
-		fprintf(out, "%-28.28s %8llu", s->name, (unsigned long long)s->count);
+		fprintf(out, "%-28.28s %8llu", rp_text_escape(s->name, a, sizeof(a)),
+			(unsigned long long)s->count);
 		print_ms(out, (double)s->total_ns);
 		print_ms(out, (double)s->total_ns / (double)s->count);
 		print_ms(out, percentile(s, 0.5));
@@ -522,7 +525,7 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 			fprintf(out, "\n%-28s %8s %12s %12s %12s\n", "counter", "samples", "last", "min", "max");
 			header = true;
 		}
-		fprintf(out, "%-28.28s %8llu %12.6g %12.6g %12.6g\n", s->name,
+		fprintf(out, "%-28.28s %8llu %12.6g %12.6g %12.6g\n", rp_text_escape(s->name, a, sizeof(a)),
 			(unsigned long long)s->count, s->last, s->min, s->max);
 	}
 	header = false;
@@ -534,7 +537,8 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 			fprintf(out, "\n%-28s %8s\n", "instant", "count");
 			header = true;
 		}
-		fprintf(out, "%-28.28s %8llu\n", s->name, (unsigned long long)s->count);
+		fprintf(out, "%-28.28s %8llu\n", rp_text_escape(s->name, a, sizeof(a)),
+			(unsigned long long)s->count);
 	}
 	if (t->samples) {
 		print_functions(out, t);

@@ -33,6 +33,21 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.unix_path)
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_token(tmp_path):
+    """A bearer token in a file, as [api] token_file wants it: (token, path)."""
+    token = os.urandom(16).hex()
+    path = tmp_path / "token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token, str(path)
+
+
 class Daemon:
     """prefix: a command that runs ringprofd (e.g. setpriv as another user)."""
 

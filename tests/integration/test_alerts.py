@@ -17,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from daemon_harness import Daemon, dump, finish_producer, seq_values, start_producer
+from daemon_harness import (Daemon, dump, finish_producer, free_port, seq_values, start_producer,
+                            write_token)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NS = 1_000_000_000
@@ -170,12 +171,6 @@ def test_alertmanager_webhook(tmp_path):
         d.stop()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tcp_post(port, path, body, token=None, timeout=30):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  method="POST", headers={"Content-Type": "application/json"})
@@ -186,14 +181,6 @@ def tcp_post(port, path, body, token=None, timeout=30):
             return r.status, json.load(r)
     except urllib.error.HTTPError as e:
         return e.code, json.load(e)
-
-
-def write_token(tmp_path):
-    token = os.urandom(16).hex()
-    path = tmp_path / "token"
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    return token, str(path)
 
 
 def test_alertmanager_over_tcp_needs_the_token(tmp_path):

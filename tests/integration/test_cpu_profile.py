@@ -192,8 +192,9 @@ def test_command_line_with_newlines_keeps_to_its_row(daemon):
     busy = subprocess.Popen(["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
     busy.communicate(timeout=60)
     out, _, _, processes, _ = summary(daemon, "3s", "newlines")
+    # Control characters are shown escaped (util/text.h), on one row.
     assert processes[busy.pid]["cmdline"].startswith(
-        "python3 -c import time?t = time.time()?while"), out
+        "python3 -c import time\\x0at = time.time()\\x0awhile"), out
 
 
 # The configured rate, as by default; sessions may raise it.

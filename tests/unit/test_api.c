@@ -347,6 +347,33 @@ static void test_snapshot_end(void **state)
 	expect_400(fx, "/v1/snapshot", "{\"end\": \"2999-01-01T00:00:00Z\"}", "'end'", "range", NULL);
 	expect_400(fx, "/v1/snapshot", "{\"end\": \"yesterday\"}", "'end'", "RFC 3339", NULL);
 	expect_400(fx, "/v1/snapshot", "{\"end\": 1.5}", "'end'", "not a number", NULL);
+	/* The ends that overflowed the daemon's wall-to-host arithmetic. */
+	expect_400(fx, "/v1/snapshot", "{\"end\": -9223372036854775808}", "'end'", "1970", NULL);
+	expect_400(fx, "/v1/snapshot", "{\"end\": -1}", "'end'", "1970", NULL);
+	expect_400(fx, "/v1/snapshot", "{\"end\": \"1900-01-01T00:00:00Z\"}", "'end'", NULL);
+}
+
+/* Framings a proxy and the daemon could read differently (smuggling). */
+static void test_ambiguous_framing(void **state)
+{
+	struct fixture *fx = *state;
+	static const char *const requests[] = {
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Content-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Content-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+		"POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+		"Transfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof(requests) / sizeof(requests[0]); i++) {
+		char out[4096];
+		int status = raw_str(fx, requests[i], out, sizeof(out));
+		if (status != 400 || !strstr(out, "Content-Length"))
+			fail_msg("request %zu: status %d: %s", i, status, out);
+	}
+	assert_int_equal(fx->fake.calls, 0);
 }
 
 static void test_durations(void **state)
@@ -734,6 +761,190 @@ static void test_stop_finishes_requests(void **state)
 	assert_int_equal((intptr_t)rc, 0);
 }
 
+/* ---- limits against slow and flooding clients ---- */
+
+static void restart(struct fixture *fx, struct rp_api_opts o, const char *tcp, const char *token)
+{
+	rp_api_stop(fx->api);
+	o.socket_path = fx->sock;
+	o.tcp_listen = tcp;
+	o.token = token;
+	o.max_duration_ns = HOUR_NS;
+	struct rp_err err = { 0 };
+	if (rp_api_start(&o, &fake_ops, &fx->fake, &fx->api, &err) < 0)
+		fail_msg("%s", err.msg);
+}
+
+struct raw_call {
+	struct fixture *fx;
+	const char *request;
+	int status;
+	char out[2048];
+};
+
+static void *raw_thread(void *arg)
+{
+	struct raw_call *rc = arg;
+	rc->status = raw_str(rc->fx, rc->request, rc->out, sizeof(rc->out));
+	return NULL;
+}
+
+/* n copies of request at once; counts the answers with status ok, checks
+ * that the rest are 503 with Retry-After naming `limit`. */
+static int concurrent(struct fixture *fx, const char *request, int n, int ok, const char *limit)
+{
+	struct raw_call calls[16];
+	pthread_t t[16];
+	assert_true(n <= 16);
+	for (int i = 0; i < n; i++) {
+		calls[i] = (struct raw_call){ .fx = fx, .request = request };
+		pthread_create(&t[i], NULL, raw_thread, &calls[i]);
+	}
+	int served = 0;
+	for (int i = 0; i < n; i++) {
+		pthread_join(t[i], NULL);
+		if (calls[i].status == ok) {
+			served++;
+			continue;
+		}
+		if (calls[i].status != 503 || !strstr(calls[i].out, "Retry-After: 1\r\n") ||
+		    !strstr(calls[i].out, limit))
+			fail_msg("expected %d or 503 naming %s: %s", ok, limit, calls[i].out);
+	}
+	return served;
+}
+
+/* Over max_snapshots, or over max_requests, the answer is 503 with
+ * Retry-After at once: no reset, no queue without end. */
+static void test_busy_answers_503(void **state)
+{
+	struct fixture *fx = *state;
+	restart(fx, (struct rp_api_opts){ .max_requests = 3, .max_snapshots = 2 }, NULL, NULL);
+	/* Each op takes 1.5 s, so all 8 requests arrive while the first run. */
+	fx->fake.delay_ms = 1500;
+	static const char snapshot[] = "POST /v1/snapshot HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+				       "Content-Length: 2\r\n\r\n{}";
+	assert_int_equal(concurrent(fx, snapshot, 8, 201, "max_snapshots"), 2);
+	static const char status[] = "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	assert_int_equal(concurrent(fx, status, 8, 200, "max_requests"), 3);
+	fx->fake.delay_ms = 0;
+	char out[2048];
+	assert_int_equal(raw_str(fx, status, out, sizeof(out)), 200);
+}
+
+/* Stopping answers the requests still queued 503, and lets the running
+ * ones finish. */
+static void test_stop_answers_queued_requests(void **state)
+{
+	struct fixture *fx = *state;
+	/* Five workers: one for snapshots, four more for any op. */
+	restart(fx, (struct rp_api_opts){ .max_snapshots = 1 }, NULL, NULL);
+	fx->fake.delay_ms = 1500;
+	static const char status[] = "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+	struct raw_call calls[8];
+	pthread_t t[8];
+	for (int i = 0; i < 8; i++) {
+		calls[i] = (struct raw_call){ .fx = fx, .request = status };
+		pthread_create(&t[i], NULL, raw_thread, &calls[i]);
+	}
+	/* The 5 workers are busy, 3 requests wait. */
+	for (int i = 0, calls = 0; i < 200 && calls < 5; i++) {
+		usleep(5000);
+		pthread_mutex_lock(&fx->fake.lock);
+		calls = fx->fake.calls;
+		pthread_mutex_unlock(&fx->fake.lock);
+	}
+	usleep(100000);
+	rp_api_stop(fx->api);
+	fx->api = NULL;
+	int ok = 0, refused = 0;
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		ok += calls[i].status == 200;
+		refused += calls[i].status == 503 && strstr(calls[i].out, "shutting down") &&
+			   strstr(calls[i].out, "Retry-After: 1\r\n");
+	}
+	assert_int_equal(ok, 5);
+	assert_int_equal(refused, 3);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Seconds until the daemon closes fd, sending a header line every 100 ms
+ * meanwhile; -1 if it is still open after limit seconds. */
+static double trickle_until_closed(int fd, double limit)
+{
+	double t0 = now_s();
+	assert_true(write(fd, "GET /v1/status HTTP/1.1\r\n", 25) == 25);
+	while (now_s() - t0 < limit) {
+		usleep(100000);
+		char buf[64];
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN))
+			return now_s() - t0;
+		if (send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL) < 0)
+			return now_s() - t0;
+	}
+	return -1;
+}
+
+static int unix_connect(struct fixture *fx)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un sa = unix_addr(fx);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* The whole headers must come within header_timeout, however steadily
+ * they trickle (the idle timeout alone never fires on these). */
+static void test_header_deadline(void **state)
+{
+	struct fixture *fx = *state;
+	restart(fx, (struct rp_api_opts){ .header_timeout_ns = 500000000 }, NULL, NULL);
+	int fd = unix_connect(fx);
+	double t = trickle_until_closed(fd, 5);
+	close(fd);
+	/* 0.5 s; up to 2.5 s for a loaded machine. */
+	if (t < 0.4 || t > 2.5)
+		fail_msg("a trickling client was closed after %.2f s, not about 0.5 s", t);
+	assert_int_equal(fx->fake.calls, 0);
+}
+
+/* A full listener closes the connections that wait longest for their
+ * headers, so that a client that sends its request gets in. */
+static void test_full_listener_makes_room(void **state)
+{
+	struct fixture *fx = *state;
+	restart(fx, (struct rp_api_opts){ .max_connections = 3, .header_timeout_ns = 60000000000ull },
+		NULL, NULL);
+	int idle[3];
+	for (int i = 0; i < 3; i++)
+		idle[i] = unix_connect(fx);
+	usleep(400000);
+	double t0 = now_s();
+	char out[2048];
+	assert_int_equal(raw_str(fx, "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+				 out, sizeof(out)), 200);
+	/* The wait is 250 ms; up to 3 s for a loaded machine. */
+	if (now_s() - t0 > 3)
+		fail_msg("the request waited %.2f s for room", now_s() - t0);
+	int closed = 0;
+	for (int i = 0; i < 3; i++) {
+		struct timeval tv = { .tv_sec = 3 };
+		setsockopt(idle[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		char c;
+		closed += recv(idle[i], &c, 1, 0) <= 0 && errno != EAGAIN;
+		close(idle[i]);
+	}
+	assert_true(closed >= 1);
+}
+
 /* ---- TCP ---- */
 
 static int free_port(void)
@@ -793,6 +1004,43 @@ static void test_tcp_token(void **state)
 	assert_non_null(strstr(err.msg, "tcp_listen"));
 }
 
+static int tcp_connect_from(const char *source, int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in src = { .sin_family = AF_INET };
+	inet_pton(AF_INET, source, &src.sin_addr);
+	assert_int_equal(bind(fd, (struct sockaddr *)&src, sizeof(src)), 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* One address gets max_connections_per_peer connections over TCP; the
+ * next from it is closed at once, another address still gets in. */
+static void test_tcp_peer_limit(void **state)
+{
+	struct fixture *fx = *state;
+	int port = free_port();
+	char listen[64], url[64];
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port);
+	restart(fx, (struct rp_api_opts){ .max_connections_per_peer = 2 }, listen, "s3cret");
+	int held[2] = { tcp_connect_from("127.0.0.3", port), tcp_connect_from("127.0.0.3", port) };
+	usleep(100000);
+	int third = tcp_connect_from("127.0.0.3", port);
+	struct timeval tv = { .tv_sec = 3 };
+	setsockopt(third, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char c;
+	ssize_t n = recv(third, &c, 1, 0);
+	assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+	close(third);
+	struct rp_err err = { 0 };
+	assert_int_equal(tcp_call(url, "s3cret", &err), 0);
+	close(held[0]);
+	close(held[1]);
+}
+
 int main(void)
 {
 	/* The usual umask, which would leave the socket without group write. */
@@ -801,6 +1049,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_fields, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_snapshot_end, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ambiguous_framing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_durations, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_body_shape, setup, teardown),
@@ -817,6 +1066,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stop_removes_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_finishes_requests, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_token, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_busy_answers_503, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_answers_queued_requests, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_header_deadline, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_listener_makes_room, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tcp_peer_limit, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
