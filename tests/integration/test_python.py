@@ -4,12 +4,19 @@ daemon restart under a running program.  The restart test is last: the
 others share this process's connection to the daemon."""
 
 import datetime
+import errno
+import gc
+import inspect
 import os
+import pathlib
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -196,9 +203,9 @@ def test_status(ringprofd):
     assert host["producers"] >= 1
 
 
-def run_python(code, **env):
-    """Runs code in a fresh interpreter, with this tree's package."""
-    path = os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])
+def run_python(code, pythonpath=None, **env):
+    """Runs code in a fresh interpreter, with the package the tests use."""
+    path = pythonpath or str(pathlib.Path(ringprof.__file__).parents[1])
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": path, **env})
 
@@ -219,6 +226,7 @@ def test_without_a_daemon_annotations_are_no_ops():
     """
     out = run_python(code, RINGPROF_SOCKET="/nonexistent/ringprofd.sock")
     assert out.returncode == 0, out.stderr
+    # No daemon is the harmless case: not even the refusal warning.
     assert out.stderr == ""
     timing, error = out.stdout.splitlines()
     print(timing)
@@ -226,21 +234,142 @@ def test_without_a_daemon_annotations_are_no_ops():
     assert "cannot reach ringprofd at /nonexistent/ringprofd.sock" in error
 
 
-def test_without_the_library_annotations_warn_once():
-    code = """if True:
-        import ringprof
-        for _ in range(3):
+def test_the_source_tree_without_its_native_part_says_how_to_install():
+    out = run_python("import ringprof", pythonpath=str(ROOT / "python"))
+    assert out.returncode != 0
+    assert "ringprof's native part is missing" in out.stderr
+    assert "pip install ./python" in out.stderr
+
+
+def test_the_native_part_exports_nothing_but_its_init():
+    """libringprof's code is compiled into the module with hidden
+    visibility: it cannot clash with another copy in the process."""
+    out = subprocess.run(["nm", "-D", "--defined-only", ringprof._ringprof.__file__],
+                         capture_output=True, text=True, check=True)
+    assert [line.split()[-1] for line in out.stdout.splitlines()] == ["PyInit__ringprof"]
+
+
+def test_annotate_objects():
+    a = ringprof.annotate(name="py.kw")
+    assert a.name == "py.kw" and repr(a) == "ringprof.annotate('py.kw')"
+    assert ringprof.annotate().name is None
+    assert isinstance(ringprof.annotate("x"), ringprof.annotate)
+    with pytest.raises(TypeError, match="is a str, not bytes"):
+        ringprof.annotate(b"bytes")
+    with pytest.raises(TypeError):
+        ringprof.annotate("x", "y")
+    with pytest.raises(TypeError):
+        ringprof.annotate(nom="x")
+    with pytest.raises(TypeError, match="is a str, not int"):
+        ringprof.instant(1)
+    with pytest.raises(TypeError):
+        ringprof.counter("x", "not a number")
+    with pytest.raises(TypeError):
+        ringprof.counter("x")
+    assert named.__wrapped__.__name__ == "named" and named.__qualname__ == "named"
+    assert str(inspect.signature(named)) == "(x, *, y)"
+    assert "ringprof.annotate('py.custom') of <function named" in repr(named)
+    # A decorated function that refers to itself is a cycle the GC frees.
+    @ringprof.annotate
+    def cyclic():
+        return cyclic
+    ref = weakref.ref(cyclic)
+    del cyclic
+    gc.collect()
+    assert ref() is None
+
+
+class Methods:
+    @ringprof.annotate
+    def method(self, x):
+        return (self, x)
+
+    @staticmethod
+    @ringprof.annotate
+    def static(x):
+        return x
+
+    @classmethod
+    @ringprof.annotate
+    def klass(cls, x):
+        return (cls, x)
+
+
+def test_names_and_methods_reach_a_snapshot(ringprofd):
+    settle()
+    m = Methods()
+    assert m.method(1) == (m, 1)
+    bound = m.method
+    assert bound(2) == (m, 2) and bound.__self__ is m
+    assert Methods.method(m, 3) == (m, 3)
+    assert Methods.static(4) == 4 and m.klass(5) == (Methods, 5)
+    # Lone surrogates cannot be UTF-8: they are replaced, as with "replace".
+    with ringprof.annotate("py.bad\udcffname"):
+        ringprof.instant("py.bad\udcffinstant")
+    with ringprof.annotate("py.ünïcode"):
+        pass
+    s = ringprof.snapshot(last=2.0)
+    evs = events(s, pid=os.getpid())
+    done, _ = ranges(evs)
+    assert done["Methods.method"] == 3
+    assert done["Methods.static"] == 1 and done["Methods.klass"] == 1
+    assert done["py.bad?name"] == 1 and done["py.ünïcode"] == 1
+    assert "py.bad?instant" in {e["name"] for e in evs if e["kind"] == "instant"}
+
+
+def fake_refusing_daemon(tmp_path, status, message):
+    """A producer socket that answers every hello with a refusal, as
+    ringprofd does (docs/api.md, "Producer socket"); returns the control
+    socket path to give the producer."""
+    path = str(tmp_path / "ctl.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path + ".producers")
+    server.listen(16)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.send(struct.pack("<8sii248s", b"RPREPLY1", status, 0, message.encode()))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path, server
+
+
+REFUSAL_WORKLOAD = """if True:
+    import threading, time, ringprof
+    def work():
+        end = time.monotonic() + 2.5  # the library retries once a second
+        while time.monotonic() < end:
             with ringprof.annotate("x"):
                 ringprof.instant("y")
-        ringprof.counter("z", 1)
-        print(ringprof.connected(), ringprof.dropped())
-    """
-    out = run_python(code, RINGPROF_LIBRARY="/nonexistent/libringprof.so",
-                     PYTHONWARNINGS="always")
+            time.sleep(0.005)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print(ringprof.connected())
+"""
+
+
+def test_a_refused_producer_warns_once_with_the_daemons_message(tmp_path):
+    message = "producer quota reached: 64 rings of uid 0 (raise [producers] max_rings)"
+    path, server = fake_refusing_daemon(tmp_path, -errno.EDQUOT, message)
+    try:
+        out = run_python(REFUSAL_WORKLOAD, RINGPROF_SOCKET=path)
+        quiet = run_python(REFUSAL_WORKLOAD, RINGPROF_SOCKET=path, RINGPROF_QUIET="1")
+    finally:
+        server.close()
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "0"]
-    assert out.stderr.count("RuntimeWarning") == 1
-    assert "RINGPROF_LIBRARY" in out.stderr
+    assert out.stdout.split() == ["False"]
+    warning = out.stderr.splitlines()
+    assert len(warning) == 1, out.stderr
+    assert warning[0].startswith("ringprof: this process's annotations are not recorded")
+    assert message in warning[0] and "RINGPROF_QUIET=1" in warning[0]
+    assert quiet.returncode == 0 and quiet.stderr == ""
 
 
 def test_annotation_cost_with_a_daemon(ringprofd):
