@@ -38,6 +38,8 @@ setup(ext_modules=[Extension(
     "ringprof._ringprof",
     sources=["ringprof/_ringprof.c"] + [str(ROOT / s) for s in SOURCES],
     include_dirs=[str(ROOT / d) for d in INCLUDES],
+    # A rebuild in place (python/build) follows header changes too.
+    depends=sorted(str(h) for d in INCLUDES for h in (ROOT / d).rglob("*.h")),
     extra_compile_args=flags,
     # Thread-exit destructors point into the module: never unload it.
     extra_link_args=["-Wl,-z,nodelete"],

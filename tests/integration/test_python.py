@@ -9,11 +9,13 @@ import gc
 import inspect
 import os
 import pathlib
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -22,6 +24,7 @@ import pytest
 
 import ringprof
 from conftest import ROOT, events, host_events, ranges
+from daemon_harness import Daemon
 
 
 def settle():
@@ -369,6 +372,35 @@ def test_a_refused_producer_warns_once_with_the_daemons_message(tmp_path):
     assert len(warning) == 1, out.stderr
     assert warning[0].startswith("ringprof: this process's annotations are not recorded")
     assert message in warning[0] and "RINGPROF_QUIET=1" in warning[0]
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_a_producer_outside_the_sockets_group_warns_once(probe):
+    """A root daemon's 0660 socket and a C program of another user: the
+    library, not only the Python package, says so once, with the fix."""
+    # Not under pytest's 0700 tmp_path: the socket's mode alone keeps the
+    # user out, as with /run/ringprof.
+    tmp = tempfile.mkdtemp(prefix="ringprof-refused-")
+    os.chmod(tmp, 0o755)
+    d = Daemon(tmp)
+    d.start()
+    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    try:
+        # 4 threads, each retrying for the probe's 5 s wait for the daemon.
+        out = subprocess.run([*nobody, probe, "threads", "4", "10"], capture_output=True,
+                             text=True, timeout=60, env=d.env())
+        quiet = subprocess.run([*nobody, probe, "threads", "1", "10"], capture_output=True,
+                               text=True, timeout=60, env={**d.env(), "RINGPROF_QUIET": "1"})
+    finally:
+        d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert out.returncode == 0, out
+    warning = out.stderr.splitlines()
+    assert len(warning) == 1, out.stderr
+    assert "this process's annotations are not recorded" in warning[0]
+    assert "Permission denied" in warning[0]
+    assert f"{d.socket}.producers belongs to group 'root'" in warning[0]
+    assert "usermod -aG root $USER" in warning[0]
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
