@@ -165,6 +165,19 @@ static PyObject *annotated_repr(PyObject *self)
 	return PyUnicode_FromFormat("<ringprof.annotate(%R) of %R>", a->name.str, a->func);
 }
 
+/* Pickled by reference, as functions are (multiprocessing's spawn, ...):
+ * its qualified name in its module finds this very object. */
+static PyObject *annotated_reduce(PyObject *self, PyObject *unused)
+{
+	(void)unused;
+	return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyMethodDef annotated_methods[] = {
+	{ "__reduce__", annotated_reduce, METH_NOARGS, NULL },
+	{ 0 },
+};
+
 static PyGetSetDef annotated_getset[] = {
 	{ "__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL },
 	{ 0 },
@@ -186,6 +199,7 @@ static PyTypeObject AnnotatedType = {
 	.tp_clear = annotated_clear,
 	.tp_dealloc = annotated_dealloc,
 	.tp_repr = annotated_repr,
+	.tp_methods = annotated_methods,
 	.tp_getset = annotated_getset,
 };
 

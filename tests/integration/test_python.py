@@ -9,6 +9,7 @@ import gc
 import inspect
 import os
 import pathlib
+import pickle
 import shutil
 import signal
 import socket
@@ -272,6 +273,10 @@ def test_annotate_objects():
     assert named.__wrapped__.__name__ == "named" and named.__qualname__ == "named"
     assert str(inspect.signature(named)) == "(x, *, y)"
     assert "ringprof.annotate('py.custom') of <function named" in repr(named)
+    # Pickled by reference, as functions are (multiprocessing, ...).
+    assert pickle.loads(pickle.dumps(named)) is named
+    assert pickle.loads(pickle.dumps(Model.forward)) is Model.forward
+    assert type.__call__(ringprof.annotate, "py.tuple").name == "py.tuple"
     # A decorated function that refers to itself is a cycle the GC frees.
     @ringprof.annotate
     def cyclic():
