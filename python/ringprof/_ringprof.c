@@ -1,15 +1,14 @@
 /* ringprof._ringprof: the annotation hot path of the Python package, on
  * libringprof's annotations compiled into this module (python/setup.py).
  *
- * annotate is a type of its own, so that `with annotate(...)` is one
- * allocation and two C calls, and a decorated function is an object whose
- * vectorcall brackets the call with a range: no Python frame of ours on
- * either path.  Annotations never raise for want of a daemon; only a name
- * that is not a str does. */
+ * annotate is a C type, so that `with annotate(...)` runs C only (its
+ * construction, __enter__, __exit__), and a decorated function is an
+ * object whose vectorcall brackets the call with a range: no Python frame
+ * of ours on either path.  Annotations never raise for want of a daemon;
+ * only a name that is not a str does. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stddef.h>
-#include <structmember.h>
 
 #include "ringprof/ringprof.h"
 

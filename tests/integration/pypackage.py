@@ -35,7 +35,10 @@ def build(dest, python=sys.executable):
 
 def put_on_path():
     """Builds the package into a temporary directory, removed at exit, and
-    puts it first on sys.path."""
+    puts it first on sys.path and on the PYTHONPATH of the Python programs
+    the tests start."""
     dest = tempfile.mkdtemp(prefix="ringprof-python-")
     atexit.register(shutil.rmtree, dest, ignore_errors=True)
-    sys.path.insert(0, str(build(dest)))
+    lib = str(build(dest))
+    sys.path.insert(0, lib)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [lib, os.environ.get("PYTHONPATH")]))
