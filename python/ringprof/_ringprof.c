@@ -316,9 +316,14 @@ static PyObject *annotate_name(PyObject *self, void *closure)
 
 static PyMethodDef annotate_methods[] = {
 	{ "__enter__", annotate_enter, METH_NOARGS, "Begins the range." },
-	{ "__exit__", (PyCFunction)(void (*)(void))annotate_exit, METH_FASTCALL,
-	  "Ends the range." },
 	{ 0 },
+};
+
+/* __exit__ needs no self (a range end closes the thread's innermost
+ * range): a plain builtin in the type's dict, which the with statement
+ * finds and calls without making a bound method first. */
+static PyMethodDef annotate_exit_def = {
+	"__exit__", (PyCFunction)(void (*)(void))annotate_exit, METH_FASTCALL, "Ends the range."
 };
 
 static PyGetSetDef annotate_getset[] = {
@@ -416,6 +421,12 @@ PyMODINIT_FUNC PyInit__ringprof(void)
 {
 	if (PyType_Ready(&AnnotateType) < 0 || PyType_Ready(&AnnotatedType) < 0)
 		return NULL;
+	PyObject *exit_fn = PyCFunction_New(&annotate_exit_def, NULL);
+	int rc = exit_fn ? PyDict_SetItemString(AnnotateType.tp_dict, "__exit__", exit_fn) : -1;
+	Py_XDECREF(exit_fn);
+	if (rc < 0)
+		return NULL;
+	PyType_Modified(&AnnotateType);
 	if (!update_wrapper) {
 		PyObject *functools = PyImport_ImportModule("functools");
 		if (!functools)

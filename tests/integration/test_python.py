@@ -261,6 +261,11 @@ def test_annotate_objects():
     assert a.name == "py.kw" and repr(a) == "ringprof.annotate('py.kw')"
     assert ringprof.annotate().name is None
     assert isinstance(ringprof.annotate("x"), ringprof.annotate)
+    with a as entered:
+        assert entered is a
+    with pytest.raises(KeyError):  # __exit__ lets exceptions through
+        with ringprof.annotate("py.raises"):
+            raise KeyError("inside a range")
     with pytest.raises(TypeError, match="is a str, not bytes"):
         ringprof.annotate(b"bytes")
     with pytest.raises(TypeError):
