@@ -9,7 +9,7 @@ build tree (--ringprofd), so the annotations are really written into a
 ring, as on a host where the daemon runs; --no-daemon measures the
 disconnected path instead.  Each figure is the best of --repeat runs of
 --loops iterations, in ns per iteration, loop included: best-of is what
-the code costs when the machine lets it run.
+the code costs when the machine lets it run, and the loops take turns.
 
 Targets (docs/performance.md): annotate at most 250 ns; a decorated call
 at most 150 ns more than an undecorated one."""
@@ -66,14 +66,17 @@ def decorated_calls(n):
         annotated_step(i)
 
 
-def best_ns(loop, loops, repeat):
-    best = float("inf")
+def best_ns(loops, iterations, repeat):
+    """The best ns per iteration of each loop; the loops take turns, so a
+    busy moment of the machine slows one round of all, not one loop."""
+    best = dict.fromkeys(loops, float("inf"))
     for _ in range(repeat):
-        t = time.perf_counter_ns()
-        loop(loops)
-        best = min(best, (time.perf_counter_ns() - t) / loops)
-        time.sleep(0.05)  # the daemon drains the ring meanwhile
-    return best
+        for loop in loops:
+            t = time.perf_counter_ns()
+            loop(iterations)
+            best[loop] = min(best[loop], (time.perf_counter_ns() - t) / iterations)
+            time.sleep(0.01)  # the daemon drains the ring meanwhile
+    return {loop.__name__: ns for loop, ns in best.items()}
 
 
 # Drained often into a ring large enough for the loops' bursts: dropped
@@ -127,9 +130,8 @@ def main():
         connected = ringprof.connected()
         if not args.no_daemon and not connected:
             sys.exit("python_annotate: the annotations do not reach the daemon")
-        ns = {f.__name__: best_ns(f, args.loops, args.repeat)
-              for f in (empty_loop, with_nullcontext, with_annotate, plain_calls,
-                        decorated_calls)}
+        ns = best_ns([empty_loop, with_nullcontext, with_annotate, plain_calls,
+                      decorated_calls], args.loops, args.repeat)
         dropped = ringprof.dropped()
 
     annotate, null = ns["with_annotate"], ns["with_nullcontext"]
