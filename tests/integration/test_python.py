@@ -26,6 +26,7 @@ import pytest
 import ringprof
 from conftest import ROOT, events, host_events, ranges
 from daemon_harness import Daemon
+from pypackage import build
 
 
 def settle():
@@ -388,25 +389,28 @@ def test_a_refused_producer_warns_once_with_the_daemons_message(tmp_path):
     assert quiet.returncode == 0 and quiet.stderr == ""
 
 
-def test_a_producer_outside_the_sockets_group_warns_once(probe):
-    """A root daemon's 0660 socket and a C program of another user: the
-    library, not only the Python package, says so once, with the fix."""
-    # Not under pytest's 0700 tmp_path: the socket's mode alone keeps the
-    # user out, as with /run/ringprof.
+SYSTEM_PYTHON = "/usr/bin/python3"  # one that another user may run, unlike pyenv's
+
+
+@pytest.fixture
+def refusing_socket():
+    """A root daemon whose 0660 socket other users cannot open; the tests'
+    directory is not under pytest's 0700 tmp_path, so that the socket's
+    mode alone keeps them out, as with /run/ringprof."""
     tmp = tempfile.mkdtemp(prefix="ringprof-refused-")
     os.chmod(tmp, 0o755)
-    d = Daemon(tmp)
+    d = Daemon(os.path.join(tmp, "daemon"))
+    os.mkdir(d.tmp)
     d.start()
-    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    try:
-        # 4 threads, each retrying for the probe's 5 s wait for the daemon.
-        out = subprocess.run([*nobody, probe, "threads", "4", "10"], capture_output=True,
-                             text=True, timeout=60, env=d.env())
-        quiet = subprocess.run([*nobody, probe, "threads", "1", "10"], capture_output=True,
-                               text=True, timeout=60, env={**d.env(), "RINGPROF_QUIET": "1"})
-    finally:
-        d.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+    yield d, pathlib.Path(tmp)
+    d.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def assert_one_group_warning(out, d):
     assert out.returncode == 0, out
     warning = out.stderr.splitlines()
     assert len(warning) == 1, out.stderr
@@ -414,7 +418,30 @@ def test_a_producer_outside_the_sockets_group_warns_once(probe):
     assert "Permission denied" in warning[0]
     assert f"{d.socket}.producers belongs to group 'root'" in warning[0]
     assert "usermod -aG root $USER" in warning[0]
+
+
+def test_a_c_producer_outside_the_sockets_group_warns_once(refusing_socket, probe):
+    """The library says it, so C programs get it too."""
+    d, _ = refusing_socket
+    # 4 threads, each retrying for the probe's 5 s wait for the daemon.
+    out = subprocess.run([*NOBODY, probe, "threads", "4", "10"], capture_output=True,
+                         text=True, timeout=60, env=d.env())
+    quiet = subprocess.run([*NOBODY, probe, "threads", "1", "10"], capture_output=True,
+                           text=True, timeout=60, env={**d.env(), "RINGPROF_QUIET": "1"})
+    assert_one_group_warning(out, d)
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason=f"no {SYSTEM_PYTHON}")
+def test_a_python_producer_outside_the_sockets_group_warns_once(refusing_socket):
+    """The issue's case: a training script of a user outside the group got
+    connected() False and nothing else."""
+    d, tmp = refusing_socket
+    package = build(tmp / "package", python=SYSTEM_PYTHON)
+    out = subprocess.run([*NOBODY, SYSTEM_PYTHON, "-c", REFUSAL_WORKLOAD], capture_output=True,
+                         text=True, timeout=60, env={**d.env(), "PYTHONPATH": str(package)})
+    assert out.stdout.split() == ["False"]
+    assert_one_group_warning(out, d)
 
 
 def test_annotation_cost_with_a_daemon(ringprofd):
