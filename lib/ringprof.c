@@ -8,20 +8,31 @@
  * A dead daemon stops draining, and nothing else tells the producer: the
  * thread checks the consumer heartbeat in the ring header every
  * CHECK_EVERY events and whenever the ring is full, and a beat older than
- * STALE_NS drops the ring, so the thread reconnects to the next daemon. */
+ * STALE_NS drops the ring, so the thread reconnects to the next daemon.
+ *
+ * Built with RINGPROF_NO_SESSIONS (the Python extension, python/setup.py)
+ * it is the annotations alone: no session calls, so no jansson and no
+ * libcurl to build or load. */
 #include "ringprof/ringprof.h"
 
 #include <errno.h>
-#include <jansson.h>
+#include <grp.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#ifndef RINGPROF_NO_SESSIONS
+#include <jansson.h>
+
 #include "client.h"
+#endif
 #include "clock.h"
 #include "hello.h"
 #include "parse.h"
@@ -45,7 +56,6 @@ struct thread_state {
 };
 
 static __thread struct thread_state self;
-static __thread char last_error[sizeof(((struct rp_err *)0)->msg)];
 
 /* Closes an exiting thread's ring, so short-lived threads do not leak
  * their rings. */
@@ -91,10 +101,53 @@ __attribute__((constructor)) static void init(void)
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
+/* The fix for a refusal the daemon's message cannot know: this process
+ * may not open the socket at all. */
+static void socket_fix(int rc, const char *socket, char *buf, size_t len)
+{
+	buf[0] = 0;
+	if (rc != -EACCES)
+		return;
+	struct stat st;
+	struct group gr, *res = NULL;
+	char grbuf[1024];
+	if (stat(socket, &st) == 0 &&
+	    getgrgid_r(st.st_gid, &gr, grbuf, sizeof(grbuf), &res) == 0 && res)
+		snprintf(buf, len, "; %s belongs to group '%s': add the user to it (sudo "
+			 "usermod -aG %s $USER, then log in again) or run as root",
+			 socket, res->gr_name, res->gr_name);
+	else
+		snprintf(buf, len, "; the user needs to be in the socket's group (sudo "
+			 "usermod -aG ringprof $USER, then log in again) or run as root");
+}
+
+/* A daemon that is there but refuses this process (the socket's
+ * permissions, its limits) silently loses all of the process's
+ * annotations: say so on stderr, once per process, with the fix.  No
+ * daemon at all (ENOENT, ECONNREFUSED) stays silent, as annotating
+ * without a daemon is harmless by design, and so does a daemon that does
+ * not answer in time (EAGAIN: retried).  RINGPROF_QUIET=1 silences it. */
+static void warn_refused(int rc, const char *socket, const struct rp_err *err)
+{
+	static atomic_bool warned;
+	if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -EAGAIN)
+		return;
+	const char *quiet = getenv("RINGPROF_QUIET");
+	if ((quiet && quiet[0] && strcmp(quiet, "0") != 0) || atomic_exchange(&warned, true))
+		return;
+	char fix[512];
+	socket_fix(rc, socket, fix, sizeof(fix));
+	/* One call on the unbuffered stderr: one write, so lines of threads
+	 * and processes do not interleave. */
+	(void)fprintf(stderr, "ringprof: this process's annotations are not recorded: "
+		      "%s%s (RINGPROF_QUIET=1 silences this warning)\n",
+		      err->msg[0] ? err->msg : strerror(-rc), fix);
+}
+
 __attribute__((noinline, cold)) static struct rp_shmring *
 connect_ring(struct thread_state *t)
 {
-	char sock[PATH_MAX], producers[PATH_MAX];
+	char sock[PATH_MAX], producers[PATH_MAX] = "";
 	struct rp_hello h = {
 		.pid = (uint32_t)getpid(),
 		.tid = (uint32_t)gettid(),
@@ -124,6 +177,7 @@ connect_ring(struct thread_state *t)
 		t->hung_wait_ns = 0;
 	}
 	if (rc < 0) {
+		warn_refused(rc, producers, &err);
 		/* From now, not from before the attempt, which may have spent
 		 * the hello's whole timeout. */
 		t->retry_at_ns = coarse_now_ns() + wait;
@@ -228,6 +282,9 @@ int ringprof_connected(void)
 	return r != NULL;
 }
 
+#ifndef RINGPROF_NO_SESSIONS
+static __thread char last_error[sizeof(((struct rp_err *)0)->msg)];
+
 const char *ringprof_last_error(void)
 {
 	return last_error;
@@ -314,3 +371,4 @@ int ringprof_snapshot(uint64_t last_ns, char *session_out, size_t len)
 	int rc = call("POST", "/v1/snapshot", body, &resp);
 	return rc < 0 ? rc : copy_id(resp, session_out, len);
 }
+#endif

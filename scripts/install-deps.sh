@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   gcc clang meson ninja-build pkg-config python3
+  python3-dev python3-venv python3-setuptools
   liburing-dev liblz4-dev libisal-dev libbpf-dev bpftool libelf-dev libdw-dev zlib1g-dev
   libcmocka-dev libprotobuf-c-dev protobuf-c-compiler
   libjansson-dev libmicrohttpd-dev libinih-dev libcurl4-openssl-dev libsystemd-dev

@@ -1,19 +1,25 @@
 """ringprof for Python: annotate a program for the ringprof flight recorder
 and drive its sessions.
 
-Annotations (annotate, instant, counter) go through libringprof into a
-per-thread shared-memory ring: they never raise, never block, and cost
-next to nothing when no daemon runs.  Session calls (start_session,
-stop_session, snapshot, trace, status) talk to ringprofd's control API and
-raise RingprofError with the daemon's message.
+Annotations (annotate, instant, counter) go through libringprof's
+annotations, compiled into the extension ringprof._ringprof, into a
+per-thread shared-memory ring: they never raise (but for a name that is
+not a str), never block, and cost next to nothing when no daemon runs.
+Session calls (start_session, stop_session, snapshot, trace, status) talk
+to ringprofd's control API and raise RingprofError with the daemon's
+message.
 """
 
 import contextlib
 import datetime
-import functools
 import urllib.parse
 
-from . import _native
+try:
+    from ._ringprof import annotate, connected, counter, dropped, instant
+except ImportError as e:  # a copy of the sources, not an installed package
+    raise ImportError(
+        f"ringprof's native part is missing ({e}): install the package with "
+        "`pip install ./python` from the ringprof source tree") from e
 from ._api import RingprofError, request, socket_path
 
 __all__ = [
@@ -21,86 +27,6 @@ __all__ = [
     "start_session", "stop_session", "snapshot", "trace", "status", "socket_path",
 ]
 __version__ = "0.1.0"
-
-
-def _encode(name):
-    if not isinstance(name, str):
-        raise TypeError(f"an annotation name is a str, not {type(name).__name__}")
-    return name.encode("utf-8", "replace")
-
-
-def _wrap(func, name):
-    encoded = _encode(name)
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        _native.begin(encoded)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            _native.end()
-
-    return wrapper
-
-
-class annotate:
-    """A named range on the calling thread's timeline.
-
-        with ringprof.annotate("data"):     # context manager
-            ...
-        @ringprof.annotate("step")          # decorator
-        @ringprof.annotate()                # named after func.__qualname__
-        @ringprof.annotate                  # the same, without parentheses
-
-    Ranges nest per thread; an instance may be entered again and again."""
-
-    __slots__ = ("name", "_encoded")
-
-    def __new__(cls, name=None):
-        if callable(name):
-            return _wrap(name, name.__qualname__)
-        return super().__new__(cls)
-
-    def __init__(self, name=None):
-        self.name = name
-        self._encoded = None if name is None else _encode(name)
-
-    def __enter__(self):
-        if self._encoded is None:
-            raise TypeError("ringprof.annotate() needs a name when used as a context "
-                            "manager: with ringprof.annotate(\"name\"): ...")
-        _native.begin(self._encoded)
-        return self
-
-    def __exit__(self, *exc):
-        _native.end()
-        return False
-
-    def __call__(self, func):
-        return _wrap(func, self.name if self.name is not None else func.__qualname__)
-
-    def __repr__(self):
-        return f"ringprof.annotate({self.name!r})"
-
-
-def instant(name):
-    """A point event on the calling thread's timeline."""
-    _native.instant(_encode(name))
-
-
-def counter(name, value):
-    """A sample of a numeric series (loss, queue depth, ...)."""
-    _native.counter(_encode(name), float(value))
-
-
-def connected():
-    """Whether the calling thread's annotations currently reach a daemon."""
-    return bool(_native.connected())
-
-
-def dropped():
-    """Annotations of the calling thread dropped because its ring was full."""
-    return int(_native.dropped())
 
 
 def _optional(**fields):

@@ -11,15 +11,16 @@ import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-# The package from this tree, not some installed copy.
-sys.path.insert(0, str(ROOT / "python"))
+from daemon_harness import BUILD, Daemon, dump
+from pypackage import put_on_path
 
-from daemon_harness import BUILD, Daemon, dump  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+# The package from this tree, built, not some installed copy.
+put_on_path()
 
 # Drains and seals often, so sessions see the newest events; 16 MiB
 # producer rings take the C probe's bursts without drops.

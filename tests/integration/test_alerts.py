@@ -20,7 +20,6 @@ import pytest
 from daemon_harness import (Daemon, dump, finish_producer, free_port, seq_values, start_producer,
                             write_token)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NS = 1_000_000_000
 
 ALERTS = """
@@ -240,7 +239,7 @@ def test_slow_range_rule(tmp_path):
     try:
         script = tmp_path / "steps.py"
         script.write_text(SLOW_STEP_PRODUCER)
-        env = dict(d.env(), PYTHONPATH=os.path.join(ROOT, "python"))
+        env = d.env()  # PYTHONPATH: the built package (pypackage.py)
         out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                              text=True, timeout=60)
         assert out.returncode == 0, out.stderr

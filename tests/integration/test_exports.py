@@ -17,7 +17,6 @@ import pytest
 
 from daemon_harness import Daemon
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = """
 [daemon]
 seal_interval = 100ms
@@ -42,7 +41,7 @@ time.sleep(0.3)
 
 
 def run_program(d):
-    env = dict(d.env(), PYTHONPATH=os.path.join(ROOT, "python"))
+    env = d.env()  # PYTHONPATH: the built package (pypackage.py)
     subprocess.run([sys.executable, "-c", PROGRAM], env=env, check=True, timeout=60)
     time.sleep(0.3)  # sealed and in the ring
 

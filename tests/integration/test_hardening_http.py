@@ -7,7 +7,6 @@ every loop stops by itself."""
 import asyncio
 import http.client
 import os
-import pathlib
 import selectors
 import socket
 import subprocess
@@ -17,7 +16,6 @@ import time
 
 from daemon_harness import Daemon, free_port, write_token
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def tcp_status(port, token):
@@ -270,8 +268,8 @@ CONTROLS = [chr(c) for c in range(0x20) if c != 0x0a] + ["\x7f", "\u009b"]
 def test_terminal_escapes_are_printed_inert(tmp_path):
     d = Daemon(tmp_path, config="[daemon]\nhost_name = esc\n[sessions]\nexports = summary\n").start()
     try:
-        env = dict(d.env(), PYTHONPATH=os.path.join(ROOT, "python"))
-        subprocess.run([sys.executable, "-c", HOSTILE_PRODUCER], env=env, check=True, timeout=60)
+        # The package comes from the PYTHONPATH conftest.py sets.
+        subprocess.run([sys.executable, "-c", HOSTILE_PRODUCER], env=d.env(), check=True, timeout=60)
         time.sleep(0.3)
         s = d.ok("POST", "/v1/snapshot", {"name": "esc1", "reason": HOSTILE_REASON, "last": "10s"})
         summary_txt = os.path.join(s["path"], "esc.summary.txt")

@@ -4,17 +4,29 @@ daemon restart under a running program.  The restart test is last: the
 others share this process's connection to the daemon."""
 
 import datetime
+import errno
+import gc
+import inspect
 import os
+import pathlib
+import pickle
+import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import weakref
 
 import pytest
 
 import ringprof
 from conftest import ROOT, events, host_events, ranges
+from daemon_harness import Daemon
+from pypackage import build
 
 
 def settle():
@@ -196,9 +208,9 @@ def test_status(ringprofd):
     assert host["producers"] >= 1
 
 
-def run_python(code, **env):
-    """Runs code in a fresh interpreter, with this tree's package."""
-    path = os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])
+def run_python(code, pythonpath=None, **env):
+    """Runs code in a fresh interpreter, with the package the tests use."""
+    path = pythonpath or str(pathlib.Path(ringprof.__file__).parents[1])
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "PYTHONPATH": path, **env})
 
@@ -219,6 +231,7 @@ def test_without_a_daemon_annotations_are_no_ops():
     """
     out = run_python(code, RINGPROF_SOCKET="/nonexistent/ringprofd.sock")
     assert out.returncode == 0, out.stderr
+    # No daemon is the harmless case: not even the refusal warning.
     assert out.stderr == ""
     timing, error = out.stdout.splitlines()
     print(timing)
@@ -226,21 +239,209 @@ def test_without_a_daemon_annotations_are_no_ops():
     assert "cannot reach ringprofd at /nonexistent/ringprofd.sock" in error
 
 
-def test_without_the_library_annotations_warn_once():
-    code = """if True:
-        import ringprof
-        for _ in range(3):
+def test_the_source_tree_without_its_native_part_says_how_to_install(tmp_path):
+    # The sources alone: python/ may hold a module of `pip install -e`.
+    shutil.copytree(ROOT / "python" / "ringprof", tmp_path / "ringprof",
+                    ignore=shutil.ignore_patterns("*.so"))
+    out = run_python("import ringprof", pythonpath=str(tmp_path))
+    assert out.returncode != 0
+    assert "ringprof's native part is missing" in out.stderr
+    assert "pip install ./python" in out.stderr
+
+
+def test_the_native_part_exports_nothing_but_its_init():
+    """libringprof's code is compiled into the module with hidden
+    visibility: it cannot clash with another copy in the process."""
+    out = subprocess.run(["nm", "-D", "--defined-only", ringprof._ringprof.__file__],
+                         capture_output=True, text=True, check=True)
+    assert [line.split()[-1] for line in out.stdout.splitlines()] == ["PyInit__ringprof"]
+
+
+def test_annotate_objects():
+    a = ringprof.annotate(name="py.kw")
+    assert a.name == "py.kw" and repr(a) == "ringprof.annotate('py.kw')"
+    assert ringprof.annotate().name is None
+    assert isinstance(ringprof.annotate("x"), ringprof.annotate)
+    with a as entered:
+        assert entered is a
+    with pytest.raises(KeyError):  # __exit__ lets exceptions through
+        with ringprof.annotate("py.raises"):
+            raise KeyError("inside a range")
+    with pytest.raises(TypeError, match="is a str, not bytes"):
+        ringprof.annotate(b"bytes")
+    with pytest.raises(TypeError):
+        ringprof.annotate("x", "y")
+    with pytest.raises(TypeError):
+        ringprof.annotate(nom="x")
+    with pytest.raises(TypeError, match="is a str, not int"):
+        ringprof.instant(1)
+    with pytest.raises(TypeError):
+        ringprof.counter("x", "not a number")
+    with pytest.raises(TypeError):
+        ringprof.counter("x")
+    assert named.__wrapped__.__name__ == "named" and named.__qualname__ == "named"
+    assert str(inspect.signature(named)) == "(x, *, y)"
+    assert "ringprof.annotate('py.custom') of <function named" in repr(named)
+    # Pickled by reference, as functions are (multiprocessing, ...).
+    assert pickle.loads(pickle.dumps(named)) is named
+    assert pickle.loads(pickle.dumps(Model.forward)) is Model.forward
+    assert type.__call__(ringprof.annotate, "py.tuple").name == "py.tuple"
+    # A decorated function that refers to itself is a cycle the GC frees.
+    @ringprof.annotate
+    def cyclic():
+        return cyclic
+    ref = weakref.ref(cyclic)
+    del cyclic
+    gc.collect()
+    assert ref() is None
+
+
+class Methods:
+    @ringprof.annotate
+    def method(self, x):
+        return (self, x)
+
+    @staticmethod
+    @ringprof.annotate
+    def static(x):
+        return x
+
+    @classmethod
+    @ringprof.annotate
+    def klass(cls, x):
+        return (cls, x)
+
+
+def test_names_and_methods_reach_a_snapshot(ringprofd):
+    settle()
+    m = Methods()
+    assert m.method(1) == (m, 1)
+    bound = m.method
+    assert bound(2) == (m, 2) and bound.__self__ is m
+    assert Methods.method(m, 3) == (m, 3)
+    assert Methods.static(4) == 4 and m.klass(5) == (Methods, 5)
+    # Lone surrogates cannot be UTF-8: they are replaced, as with "replace".
+    with ringprof.annotate("py.bad\udcffname"):
+        ringprof.instant("py.bad\udcffinstant")
+    with ringprof.annotate("py.ünïcode"):
+        pass
+    s = ringprof.snapshot(last=2.0)
+    evs = events(s, pid=os.getpid())
+    done, _ = ranges(evs)
+    assert done["Methods.method"] == 3
+    assert done["Methods.static"] == 1 and done["Methods.klass"] == 1
+    assert done["py.bad?name"] == 1 and done["py.ünïcode"] == 1
+    assert "py.bad?instant" in {e["name"] for e in evs if e["kind"] == "instant"}
+
+
+def fake_refusing_daemon(tmp_path, status, message):
+    """A producer socket that answers every hello with a refusal, as
+    ringprofd does (docs/api.md, "Producer socket"); returns the control
+    socket path to give the producer."""
+    path = str(tmp_path / "ctl.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path + ".producers")
+    server.listen(16)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.send(struct.pack("<8sii248s", b"RPREPLY1", status, 0, message.encode()))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path, server
+
+
+REFUSAL_WORKLOAD = """if True:
+    import threading, time, ringprof
+    def work():
+        end = time.monotonic() + 2.5  # the library retries once a second
+        while time.monotonic() < end:
             with ringprof.annotate("x"):
                 ringprof.instant("y")
-        ringprof.counter("z", 1)
-        print(ringprof.connected(), ringprof.dropped())
-    """
-    out = run_python(code, RINGPROF_LIBRARY="/nonexistent/libringprof.so",
-                     PYTHONWARNINGS="always")
+            time.sleep(0.005)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print(ringprof.connected())
+"""
+
+
+def test_a_refused_producer_warns_once_with_the_daemons_message(tmp_path):
+    message = "producer quota reached: 64 rings of uid 0 (raise [producers] max_rings)"
+    path, server = fake_refusing_daemon(tmp_path, -errno.EDQUOT, message)
+    try:
+        out = run_python(REFUSAL_WORKLOAD, RINGPROF_SOCKET=path)
+        quiet = run_python(REFUSAL_WORKLOAD, RINGPROF_SOCKET=path, RINGPROF_QUIET="1")
+    finally:
+        server.close()
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "0"]
-    assert out.stderr.count("RuntimeWarning") == 1
-    assert "RINGPROF_LIBRARY" in out.stderr
+    assert out.stdout.split() == ["False"]
+    warning = out.stderr.splitlines()
+    assert len(warning) == 1, out.stderr
+    assert warning[0].startswith("ringprof: this process's annotations are not recorded")
+    assert message in warning[0] and "RINGPROF_QUIET=1" in warning[0]
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one that another user may run, unlike pyenv's
+
+
+@pytest.fixture
+def refusing_socket():
+    """A root daemon whose 0660 socket other users cannot open; the tests'
+    directory is not under pytest's 0700 tmp_path, so that the socket's
+    mode alone keeps them out, as with /run/ringprof."""
+    tmp = tempfile.mkdtemp(prefix="ringprof-refused-")
+    os.chmod(tmp, 0o755)
+    d = Daemon(os.path.join(tmp, "daemon"))
+    os.mkdir(d.tmp)
+    d.start()
+    yield d, pathlib.Path(tmp)
+    d.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def assert_one_group_warning(out, d):
+    assert out.returncode == 0, out
+    warning = out.stderr.splitlines()
+    assert len(warning) == 1, out.stderr
+    assert "this process's annotations are not recorded" in warning[0]
+    assert "Permission denied" in warning[0]
+    assert f"{d.socket}.producers belongs to group 'root'" in warning[0]
+    assert "usermod -aG root $USER" in warning[0]
+
+
+def test_a_c_producer_outside_the_sockets_group_warns_once(refusing_socket, probe):
+    """The library says it, so C programs get it too."""
+    d, _ = refusing_socket
+    # 4 threads, each retrying for the probe's 5 s wait for the daemon.
+    out = subprocess.run([*NOBODY, probe, "threads", "4", "10"], capture_output=True,
+                         text=True, timeout=60, env=d.env())
+    quiet = subprocess.run([*NOBODY, probe, "threads", "1", "10"], capture_output=True,
+                           text=True, timeout=60, env={**d.env(), "RINGPROF_QUIET": "1"})
+    assert_one_group_warning(out, d)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason=f"no {SYSTEM_PYTHON}")
+def test_a_python_producer_outside_the_sockets_group_warns_once(refusing_socket):
+    """The issue's case: a training script of a user outside the group got
+    connected() False and nothing else."""
+    d, tmp = refusing_socket
+    package = build(tmp / "package", python=SYSTEM_PYTHON)
+    out = subprocess.run([*NOBODY, SYSTEM_PYTHON, "-c", REFUSAL_WORKLOAD], capture_output=True,
+                         text=True, timeout=60, env={**d.env(), "PYTHONPATH": str(package)})
+    assert out.stdout.split() == ["False"]
+    assert_one_group_warning(out, d)
 
 
 def test_annotation_cost_with_a_daemon(ringprofd):

@@ -6,7 +6,9 @@
  * daemon comes (back), threads reconnect by themselves (checked at most
  * once a second).  The daemon's socket is $RINGPROF_SOCKET or the default
  * (/run/ringprof/ringprofd.sock as root, else
- * $XDG_RUNTIME_DIR/ringprof/ringprofd.sock).
+ * $XDG_RUNTIME_DIR/ringprof/ringprofd.sock).  A daemon that refuses the
+ * process (the socket's group, its limits) gets one line on stderr, once
+ * per process, with the fix; RINGPROF_QUIET=1 silences it.
  *
  * Session functions talk to the daemon's control API and return 0 or a
  * negative errno; ringprof_last_error() then says what went wrong. */
