@@ -17,7 +17,6 @@ import time
 from daemon_harness import Daemon, free_port, write_token
 
 
-
 def tcp_status(port, token):
     """(status, seconds) of GET /v1/status with the token, from 127.0.0.1."""
     t0 = time.monotonic()
