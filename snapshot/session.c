@@ -1086,7 +1086,7 @@ int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err)
 	json_t *list = rc == 0 ? json_array() : NULL;
 	if (rc == 0 && !list)
 		rc = rp_err_set(err, -ENOMEM, "out of memory reading %s", dir);
-	if (rc == 0)
+	if (rc == 0 && n) /* names is NULL when there are none */
 		qsort(names, n, sizeof(*names), by_name);
 	for (size_t i = 0; i < n; i++) {
 		char *path = rc == 0 ? join("%s/%s", dir, names[i]) : NULL;
