@@ -200,7 +200,8 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		struct rp_reader *r = NULL;
 		struct rp_err ferr = { 0 };
 		rc = rp_reader_open(session_dir, m, NULL, &r, &ferr);
-		for (unsigned f = 0; f < RP_EXPORT_NFORMATS; f++) {
+		bool go_on = true;
+		for (unsigned f = 0; go_on && f < RP_EXPORT_NFORMATS; f++) {
 			if (!(mask & 1u << f))
 				continue;
 			snprintf(path, sizeof(path), "%s/%s%s", session_dir, name, formats[f].suffix);
@@ -211,8 +212,13 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 				first = rc;
 				*err = ferr;
 			}
+			if (opts->progress)
+				go_on = opts->progress(opts->progress_ctx, h, (enum rp_export_format)f, path,
+						       rc < 0 ? &ferr : NULL);
 		}
 		rp_reader_free(r);
+		if (!go_on)
+			break;
 	}
 	json_decref(all);
 	if (failed > 1) {

@@ -14,6 +14,7 @@
 #define RINGPROF_EXPORT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "err.h"
 
@@ -52,6 +53,12 @@ int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
 /* How the formats are written; all zero: the defaults. */
 struct rp_export_opts {
 	enum rp_perfetto_grouping perfetto_grouping;
+	/* rp_export_session calls it after each format of each host, with
+	 * the file written, or the error (err not NULL) when it was not;
+	 * false stops before the next format.  NULL: none. */
+	bool (*progress)(void *ctx, const char *host, enum rp_export_format f, const char *path,
+			 const struct rp_err *err);
+	void *progress_ctx;
 };
 
 /* One host's part (manifest: an element of rp_session_manifests) of the
