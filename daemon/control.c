@@ -60,6 +60,11 @@ struct rp_control {
 	struct open_session *open;
 	bool stop;
 	pthread_t pump_thread;
+	/* The session thread's passes, counted under a lock of their own (a
+	 * stuck pass may hold c->lock): the watchdog waits for one. */
+	pthread_mutex_t beat_lock;
+	pthread_cond_t beat;
+	uint64_t passes;
 
 	/* metrics */
 	uint64_t sessions_total[4];     /* by enum rp_session_kind */
@@ -273,10 +278,34 @@ static void *pump_main(void *arg)
 			retention_pass(c);
 			pthread_mutex_lock(&c->lock);
 		}
+		pthread_mutex_lock(&c->beat_lock);
+		c->passes++;
+		pthread_cond_broadcast(&c->beat);
+		pthread_mutex_unlock(&c->beat_lock);
 		rp_cond_wait_ns(&c->wake, &c->lock, PUMP_INTERVAL_NS);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
+}
+
+int rp_control_alive(void *ctx, uint64_t timeout_ns, struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	uint64_t start = rp_clock_now_ns(), deadline = start + timeout_ns;
+	pthread_mutex_lock(&c->beat_lock);
+	uint64_t want = c->passes + 1;
+	/* Without c->lock, which the thread holds while it works: a wake
+	 * lost to that race costs one PUMP_INTERVAL_NS. */
+	pthread_cond_signal(&c->wake);
+	for (uint64_t now; c->passes < want && (now = rp_clock_now_ns()) < deadline;)
+		rp_cond_wait_ns(&c->beat, &c->beat_lock, deadline - now);
+	bool done = c->passes >= want;
+	pthread_mutex_unlock(&c->beat_lock);
+	if (done)
+		return 0;
+	return rp_err_set(err, -ETIMEDOUT, "no pass over the open sessions in %.1f s (closing a "
+			  "session, a rule's snapshot or retention takes that long, or hangs)",
+			  (double)(rp_clock_now_ns() - start) / 1e9);
 }
 
 int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_rules *rules,
@@ -304,6 +333,8 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 			c->export_names[n++] = rp_export_format_name(f);
 	pthread_mutex_init(&c->lock, NULL);
 	rp_cond_init_monotonic(&c->wake);
+	pthread_mutex_init(&c->beat_lock, NULL);
+	rp_cond_init_monotonic(&c->beat);
 	retention_pass(c);
 	check_disk(c);
 	struct rp_exporter_opts eo = {
@@ -317,6 +348,8 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 		rc = rp_exporter_start(&eo, &c->exporter, err);
 	if (rc == 0 && (rc = -pthread_create(&c->pump_thread, NULL, pump_main, c)) < 0)
 		rp_err_set(err, rc, "cannot start the session thread: %s", strerror(-rc));
+	else if (rc == 0)
+		pthread_setname_np(c->pump_thread, "rp-sessions");
 	if (rc < 0) {
 		rp_exporter_stop(c->exporter);
 		rp_session_cache_free(c->cache);
@@ -350,6 +383,8 @@ void rp_control_free(struct rp_control *c)
 	rp_session_cache_free(c->cache);
 	pthread_cond_destroy(&c->wake);
 	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->beat);
+	pthread_mutex_destroy(&c->beat_lock);
 	pthread_mutex_destroy(&c->alerts_lock);
 	rp_gate_free(c->alert_gate);
 	free(c);

@@ -258,6 +258,8 @@ int rp_exporter_start(const struct rp_exporter_opts *opts, struct rp_exporter **
 	e->logdir = strdup(opts->logdir);
 	e->host = strdup(opts->host);
 	int rc = e->logdir && e->host ? -pthread_create(&e->thread, NULL, exporter_main, e) : -ENOMEM;
+	if (rc == 0)
+		pthread_setname_np(e->thread, "rp-exporter");
 	if (rc < 0) {
 		free_exporter(e);
 		return rp_err_set(err, rc, "cannot start the export thread: %s", strerror(-rc));
