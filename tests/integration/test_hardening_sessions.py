@@ -98,6 +98,8 @@ def test_capture_completes_while_exports_wait(tmp_path):
         closed_after = time.monotonic() - started
         assert manifest(cap["path"])["state"] == "complete"
         waiting = pending(d)
+        print(f"capture of 2 s complete after {closed_after:.1f} s, {len(waiting)} of 24 "
+              "snapshots still waiting for exports")
         assert closed_after < 6, closed_after
         # The proof that it did not wait: exports were still to be written.
         assert len(waiting) >= 5, (closed_after, waiting)
@@ -125,6 +127,8 @@ def test_exports_survive_stop_and_crash(tmp_path, sig):
         assert d.proc.returncode == 0
         assert took < 10, took
     dirs = session_dirs(d)
+    print(f"{sig.name} with 30 sessions queued for export: exited in {took:.1f} s, "
+          f"{len(pending(d))} left pending")
     assert len(dirs) == 30
     for p in dirs:
         check_truthful(p)  # nothing claimed that is not there
