@@ -76,8 +76,9 @@ struct rp_control {
 	bool retention_due, over_quota;
 	uint64_t retention_deleted;
 	uint64_t logdir_bytes, logdir_sessions;  /* as of the last pass */
-	/* exports ([sessions] exports), on a thread of their own; NULL:
-	 * none.  export_names: the formats, as sessions list them. */
+	/* exports ([sessions] exports), on a thread of their own (which
+	 * also takes up those an earlier run left pending); export_names:
+	 * the formats, as sessions list them. */
 	struct rp_exporter *exporter;
 	const char *export_names[RP_EXPORT_NFORMATS + 1];
 	/* One read of each new chunk per pump pass for all open sessions. */
@@ -270,6 +271,7 @@ static void *pump_main(void *arg)
 			if (add_new_rings(c, o, &err) < 0 || rp_session_pump(o->s, &err) < 0)
 				fprintf(stderr, "ringprofd: session %s: %s\n", rp_session_name(o->s), err.msg);
 		}
+		rp_session_cache_end(c->cache);
 		if (c->rules)
 			run_rule_triggers(c);
 		if (c->retention_due) {

@@ -748,11 +748,16 @@ static void cache_drop(struct cache_ring *cr)
 	cr->n = cr->bytes = 0;
 }
 
-void rp_session_cache_begin(struct rp_session_cache *c)
+void rp_session_cache_end(struct rp_session_cache *c)
 {
-	c->pass++;
 	for (size_t i = 0; i < c->nrings; i++)
 		cache_drop(&c->rings[i]);
+}
+
+void rp_session_cache_begin(struct rp_session_cache *c)
+{
+	rp_session_cache_end(c);
+	c->pass++;
 }
 
 uint64_t rp_session_cache_read_bytes(const struct rp_session_cache *c)
@@ -764,8 +769,7 @@ void rp_session_cache_free(struct rp_session_cache *c)
 {
 	if (!c)
 		return;
-	for (size_t i = 0; i < c->nrings; i++)
-		cache_drop(&c->rings[i]);
+	rp_session_cache_end(c);
 	free(c->rings);
 	free(c);
 }

@@ -105,12 +105,14 @@ int rp_session_set_export(const char *dir, const char *host, const char *format,
 			  struct rp_err *err);
 
 /* A read cache shared by the sessions open at one time: a pump pass
- * (rp_session_cache_begin, then rp_session_pump of each session) reads
- * each new chunk of a ring once, up to 64 MiB per ring, for all of them
- * (closing pumps read the ring themselves).  Used under the same
- * serialisation as the sessions' pumps; read_bytes from any thread. */
+ * (rp_session_cache_begin, rp_session_pump of each session, then
+ * rp_session_cache_end, which frees what the pass read) reads each new
+ * chunk of a ring once, up to 64 MiB per ring, for all of them (closing
+ * pumps read the ring themselves).  Used under the same serialisation as
+ * the sessions' pumps; read_bytes from any thread. */
 int rp_session_cache_new(struct rp_session_cache **out);
 void rp_session_cache_begin(struct rp_session_cache *c);
+void rp_session_cache_end(struct rp_session_cache *c);
 /* Bytes the sessions sharing c read from their rings, in total. */
 uint64_t rp_session_cache_read_bytes(const struct rp_session_cache *c);
 void rp_session_cache_free(struct rp_session_cache *c);

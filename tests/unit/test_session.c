@@ -552,6 +552,7 @@ static void test_sessions_share_reads(void **state)
 		for (int i = 0; i < N; i++)
 			if (i < N - 1 || pass % 3 == 0)
 				assert_int_equal(rp_session_pump(s[i], &err), 0);
+		rp_session_cache_end(cache);
 	}
 	uint64_t last = r.next - 1;
 	for (int i = 0; i < N; i++)
