@@ -332,7 +332,8 @@ int rp_retention_enforce(const struct rp_retention_opts *o, struct rp_retention_
 			scan_run(&p, logfd, r->d_name);
 	closedir(runs);
 
-	qsort(p.e, p.n, sizeof(*p.e), oldest_first);
+	if (p.n) /* p.e is NULL when there are none */
+		qsort(p.e, p.n, sizeof(*p.e), oldest_first);
 	for (size_t i = 0; i < p.n; i++) {
 		st->sessions++;
 		st->bytes += p.e[i].bytes;
