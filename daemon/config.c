@@ -56,6 +56,8 @@ void rp_config_defaults(struct rp_config *c)
 	c->sessions_max_bytes = 10 * 1024 * MiB;
 	c->sessions_max_count = 1000;
 	c->session_exports = RP_EXPORT_ALL;
+	c->sessions_max_open = 16;
+	c->export_queue = 64;
 	c->alerts = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 10 * SEC,
 						.cooldown_ns = 600 * SEC, .max_per_hour = 20 };
 	snprintf(c->alert_run_label, sizeof(c->alert_run_label), "job");
@@ -455,6 +457,20 @@ static int set_max_duration(struct rp_config *c, struct rp_ring_config *r, const
 	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->max_duration_ns, err);
 }
 
+static int set_sessions_max_open(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				 struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 4096, &c->sessions_max_open, err);
+}
+
+static int set_export_queue(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			    struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 1, 100000, &c->export_queue, err);
+}
+
 static int set_sessions_max_count(struct rp_config *c, struct rp_ring_config *r, const char *v,
 				  struct rp_err *err)
 {
@@ -668,7 +684,8 @@ static const struct section_def {
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
 			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
 			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports},
-			  {"perfetto_grouping", set_perfetto_grouping})},
+			  {"perfetto_grouping", set_perfetto_grouping},
+			  {"max_open", set_sessions_max_open}, {"export_queue", set_export_queue})},
 	{"alertmanager", KEYS({"before", set_alert_before}, {"after", set_alert_after},
 			      {"run_label", set_run_label}, {"cooldown", set_alert_cooldown},
 			      {"max_per_hour", set_alert_max_per_hour})},
@@ -1107,6 +1124,7 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 			fprintf(out, "%s%s", n++ ? "," : "", rp_export_format_name(f));
 	fprintf(out, "\nperfetto_grouping = %s\n",
 		rp_export_grouping_name((enum rp_perfetto_grouping)c->perfetto_grouping));
+	fprintf(out, "max_open = %u\nexport_queue = %u\n", c->sessions_max_open, c->export_queue);
 	fprintf(out, "\n[alertmanager]\n");
 	print_duration(out, "before", c->alerts.before_ns);
 	print_duration(out, "after", c->alerts.after_ns);

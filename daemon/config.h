@@ -116,6 +116,9 @@ struct rp_config {
 					1 << enum rp_export_format */
 	unsigned perfetto_grouping;  /* of the Perfetto export: an enum
 					rp_perfetto_grouping */
+	unsigned sessions_max_open;  /* sessions open at once (start/stop, captures) */
+	unsigned export_queue;       /* sessions queued for export in memory; more
+					wait on disk (their manifests) */
 	/* [alertmanager]: POST /v1/alertmanager */
 	struct rp_trigger_config alerts;
 	char alert_run_label[64];    /* the alert label that names the run */

@@ -14,6 +14,7 @@
 #include "alerts.h"
 #include "clock.h"
 #include "export.h"
+#include "exporter.h"
 #include "gate.h"
 #include "parse.h"
 #include "retention.h"
@@ -48,12 +49,6 @@ struct open_session {
 	unsigned cpu_sample_hz; /* the CPU sampling rate it asked for; 0: none */
 };
 
-/* A closed session waiting for its exports ([sessions] exports). */
-struct pending_export {
-	struct pending_export *next;
-	char dir[];
-};
-
 struct rp_control {
 	const struct rp_config *cfg;
 	struct rp_rings *rings;
@@ -67,6 +62,11 @@ struct rp_control {
 	struct open_session *open;
 	bool stop;
 	pthread_t pump_thread;
+	/* The session thread's passes, counted under a lock of their own (a
+	 * stuck pass may hold c->lock): the watchdog waits for one. */
+	pthread_mutex_t beat_lock;
+	pthread_cond_t beat;
+	uint64_t passes;
 
 	/* metrics */
 	uint64_t sessions_total[4];     /* by enum rp_session_kind */
@@ -78,10 +78,13 @@ struct rp_control {
 	bool retention_due, over_quota;
 	uint64_t retention_deleted;
 	uint64_t logdir_bytes, logdir_sessions;  /* as of the last pass */
-	/* exports: written on the session thread, outside the lock, oldest
-	 * session first */
-	struct pending_export *exports, **exports_tail;
-	uint64_t exports_written, exports_failed;
+	/* exports ([sessions] exports), on a thread of their own (which
+	 * also takes up those an earlier run left pending); export_names:
+	 * the formats, as sessions list them. */
+	struct rp_exporter *exporter;
+	const char *export_names[RP_EXPORT_NFORMATS + 1];
+	/* One read of each new chunk per pump pass for all open sessions. */
+	struct rp_session_cache *cache;
 	uint64_t triggers[NSOURCES];    /* snapshots taken by trigger */
 	struct latency trigger_latency;
 
@@ -139,50 +142,6 @@ static void unlink_open(struct rp_control *c, struct open_session *o)
 		}
 }
 
-static void queue_export(struct rp_control *c, const char *dir)
-{
-	if (!c->cfg->session_exports)
-		return;
-	struct pending_export *p = malloc(sizeof(*p) + strlen(dir) + 1);
-	if (!p) {
-		fprintf(stderr, "ringprofd: out of memory: session %s is not exported; run 'ringprof "
-			"export %s'\n", dir, dir);
-		c->exports_failed++;
-		return;
-	}
-	p->next = NULL;
-	strcpy(p->dir, dir);
-	*c->exports_tail = p;
-	c->exports_tail = &p->next;
-}
-
-/* Writes the exports of every session queued.  Called with c->lock held;
- * drops it while writing, so that sessions go on meanwhile. */
-static void write_exports(struct rp_control *c)
-{
-	while (c->exports) {
-		struct pending_export *p = c->exports;
-		if (!(c->exports = p->next))
-			c->exports_tail = &c->exports;
-		pthread_mutex_unlock(&c->lock);
-		struct rp_err err = { 0 };
-		struct rp_export_opts opts = {
-			.perfetto_grouping = (enum rp_perfetto_grouping)c->cfg->perfetto_grouping,
-			.beneath = c->cfg->logdir,
-		};
-		int rc = rp_export_session(p->dir, c->host, c->cfg->session_exports, &opts, &err);
-		if (rc < 0)
-			fprintf(stderr, "ringprofd: %s; run 'ringprof export %s' to try again\n",
-				err.msg, p->dir);
-		free(p);
-		pthread_mutex_lock(&c->lock);
-		if (rc < 0)
-			c->exports_failed++;
-		else
-			c->exports_written++;
-	}
-}
-
 /* Close an open session with its window ending at end_ns; returns its
  * JSON.  Called with c->lock held. */
 static int finish_session(struct rp_control *c, struct open_session *o, uint64_t end_ns,
@@ -195,8 +154,8 @@ static int finish_session(struct rp_control *c, struct open_session *o, uint64_t
 		rc = rp_session_close(o->s, end_ns, err);
 	if (rc < 0 || rp_session_state_of(o->s) == RP_SESSION_FAILED)
 		c->sessions_failed++;
-	else
-		queue_export(c, rp_session_path(o->s));
+	else if (c->cfg->session_exports)
+		rp_exporter_queue(c->exporter, rp_session_path(o->s));
 	if (out)
 		*out = rp_session_to_json(o->s);
 	unlink_open(c, o);
@@ -323,6 +282,7 @@ static void *pump_main(void *arg)
 	pthread_mutex_lock(&c->lock);
 	while (!c->stop) {
 		uint64_t now = rp_clock_now_ns();
+		rp_session_cache_begin(c->cache);
 		for (struct open_session *o = c->open, *next; o; o = next) {
 			next = o->next;
 			struct rp_err err = { 0 };
@@ -334,19 +294,43 @@ static void *pump_main(void *arg)
 			if (add_new_rings(c, o, &err) < 0 || rp_session_pump(o->s, &err) < 0)
 				fprintf(stderr, "ringprofd: session %s: %s\n", rp_session_name(o->s), err.msg);
 		}
+		rp_session_cache_end(c->cache);
 		if (c->rules)
 			run_rule_triggers(c);
-		write_exports(c);
 		if (c->retention_due) {
 			c->retention_due = false;
 			pthread_mutex_unlock(&c->lock);
 			retention_pass(c);
 			pthread_mutex_lock(&c->lock);
 		}
+		pthread_mutex_lock(&c->beat_lock);
+		c->passes++;
+		pthread_cond_broadcast(&c->beat);
+		pthread_mutex_unlock(&c->beat_lock);
 		rp_cond_wait_ns(&c->wake, &c->lock, PUMP_INTERVAL_NS);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
+}
+
+int rp_control_alive(void *ctx, uint64_t timeout_ns, struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	uint64_t start = rp_clock_now_ns(), deadline = start + timeout_ns;
+	pthread_mutex_lock(&c->beat_lock);
+	uint64_t want = c->passes + 1;
+	/* Without c->lock, which the thread holds while it works: a wake
+	 * lost to that race costs one PUMP_INTERVAL_NS. */
+	pthread_cond_signal(&c->wake);
+	for (uint64_t now; c->passes < want && (now = rp_clock_now_ns()) < deadline;)
+		rp_cond_wait_ns(&c->beat, &c->beat_lock, deadline - now);
+	bool done = c->passes >= want;
+	pthread_mutex_unlock(&c->beat_lock);
+	if (done)
+		return 0;
+	return rp_err_set(err, -ETIMEDOUT, "no pass over the open sessions in %.1f s (closing a "
+			  "session, a rule's snapshot or retention takes that long, or hangs)",
+			  (double)(rp_clock_now_ns() - start) / 1e9);
 }
 
 int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_rules *rules,
@@ -364,22 +348,40 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 	c->cfg = cfg;
 	c->rings = rings;
 	c->rules = rules;
-	c->exports_tail = &c->exports;
 	c->started_ns = rp_clock_now_ns();
 	if (cfg->host_name[0])
 		snprintf(c->host, sizeof(c->host), "%s", cfg->host_name);
 	else if (gethostname(c->host, sizeof(c->host)) < 0)
 		snprintf(c->host, sizeof(c->host), "localhost");
+	for (unsigned f = 0, n = 0; f < RP_EXPORT_NFORMATS; f++)
+		if (cfg->session_exports & 1u << f)
+			c->export_names[n++] = rp_export_format_name(f);
 	pthread_mutex_init(&c->lock, NULL);
 	rp_cond_init_monotonic(&c->wake);
 	clean_leftovers(c);
+	pthread_mutex_init(&c->beat_lock, NULL);
+	rp_cond_init_monotonic(&c->beat);
 	retention_pass(c);
 	check_disk(c);
-	rc = -pthread_create(&c->pump_thread, NULL, pump_main, c);
+	struct rp_exporter_opts eo = {
+		.logdir = cfg->logdir, .host = c->host, .queue_max = cfg->export_queue,
+		.perfetto_grouping = (enum rp_perfetto_grouping)cfg->perfetto_grouping,
+	};
+	rc = rp_session_cache_new(&c->cache) < 0 ? rp_err_set(err, -ENOMEM, "out of memory") : 0;
+	/* Pending exports of earlier runs are taken up even when this one
+	 * exports nothing new. */
+	if (rc == 0)
+		rc = rp_exporter_start(&eo, &c->exporter, err);
+	if (rc == 0 && (rc = -pthread_create(&c->pump_thread, NULL, pump_main, c)) < 0)
+		rp_err_set(err, rc, "cannot start the session thread: %s", strerror(-rc));
+	else if (rc == 0)
+		pthread_setname_np(c->pump_thread, "rp-sessions");
 	if (rc < 0) {
+		rp_exporter_stop(c->exporter);
+		rp_session_cache_free(c->cache);
 		rp_gate_free(c->alert_gate);
 		free(c);
-		return rp_err_set(err, rc, "cannot start the session thread: %s", strerror(-rc));
+		return rc;
 	}
 	*out = c;
 	return 0;
@@ -402,11 +404,13 @@ void rp_control_free(struct rp_control *c)
 		if (finish_session(c, c->open, end, NULL, &err) < 0)
 			fprintf(stderr, "ringprofd: closing session: %s\n", err.msg);
 	}
-	pthread_mutex_lock(&c->lock);
-	write_exports(c);
-	pthread_mutex_unlock(&c->lock);
+	/* Exports queued stay pending on disk, for the next start. */
+	rp_exporter_stop(c->exporter);
+	rp_session_cache_free(c->cache);
 	pthread_cond_destroy(&c->wake);
 	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->beat);
+	pthread_mutex_destroy(&c->beat_lock);
 	pthread_mutex_destroy(&c->alerts_lock);
 	rp_gate_free(c->alert_gate);
 	free(c);
@@ -469,6 +473,8 @@ static void fill_opts(struct rp_control *c, struct rp_session_opts *o, const cha
 	o->source = source[0] ? source : "api";
 	o->reason = reason[0] ? reason : NULL;
 	o->wall_offset_ns = rp_clock_wall_offset_ns();
+	o->exports = c->export_names;
+	o->cache = c->cache;
 }
 
 static int op_snapshot(void *ctx, const struct rp_snapshot_req *req, json_t **out,
@@ -624,9 +630,17 @@ static int op_session_start(void *ctx, const struct rp_session_req *req, json_t 
 		return rp_err_set(err, -ENOMEM, "out of memory starting a session");
 	pthread_mutex_lock(&c->lock);
 	struct open_session *os;
-	/* The rate first: the session records from when it runs. */
+	/* Each open session holds a file per ring and copies every chunk. */
+	unsigned open = 0;
+	for (os = c->open; os; os = os->next)
+		open++;
 	int rc = 0;
-	if (req->cpu_sample_hz && (rc = set_sampler_hz(c, req->cpu_sample_hz, err)) < 0)
+	if (open >= c->cfg->sessions_max_open)
+		rc = rp_err_set(err, -EAGAIN, "%u sessions are open, as many as [sessions] max_open "
+				"allows: stop one ('ringprof sessions' lists them) or raise max_open",
+				open);
+	/* The rate first: the session records from when it runs. */
+	else if (req->cpu_sample_hz && (rc = set_sampler_hz(c, req->cpu_sample_hz, err)) < 0)
 		rp_err_prefix(err, "cannot sample CPUs at %u Hz for the session", req->cpu_sample_hz);
 	if (rc == 0) {
 		o.start_ns = rp_clock_now_ns();
@@ -1075,11 +1089,18 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 	fprintf(f, "# HELP ringprof_sessions_failed_total Sessions that could not be written.\n"
 		   "# TYPE ringprof_sessions_failed_total counter\nringprof_sessions_failed_total %llu\n",
 		(unsigned long long)c->sessions_failed);
+	struct rp_exporter_stats ex;
+	rp_exporter_stats(c->exporter, &ex);
 	fprintf(f, "# HELP ringprof_exports_total Session exports written when sessions closed, by result.\n"
 		   "# TYPE ringprof_exports_total counter\n"
 		   "ringprof_exports_total{result=\"written\"} %llu\n"
-		   "ringprof_exports_total{result=\"failed\"} %llu\n",
-		(unsigned long long)c->exports_written, (unsigned long long)c->exports_failed);
+		   "ringprof_exports_total{result=\"failed\"} %llu\n"
+		   "# HELP ringprof_exports_queued Sessions queued in memory for export (more may wait on disk).\n"
+		   "# TYPE ringprof_exports_queued gauge\nringprof_exports_queued %u\n"
+		   "# HELP ringprof_session_ring_read_bytes_total Bytes open sessions read from the rings to copy them.\n"
+		   "# TYPE ringprof_session_ring_read_bytes_total counter\nringprof_session_ring_read_bytes_total %llu\n",
+		(unsigned long long)ex.written, (unsigned long long)ex.failed, ex.queued,
+		(unsigned long long)rp_session_cache_read_bytes(c->cache));
 	fprintf(f, "# HELP ringprof_sessions_open Sessions open now.\n"
 		   "# TYPE ringprof_sessions_open gauge\nringprof_sessions_open %u\n", open);
 	fprintf(f, "# HELP ringprof_retention_deleted_total Sessions deleted to keep the log directory within its quota.\n"

@@ -20,6 +20,11 @@ int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct r
 /* Close every open session (complete, window ending now) and free. */
 void rp_control_free(struct rp_control *c);
 
+/* The watchdog's check of the session thread (struct rp_notify_check,
+ * ctx the struct rp_control *): 0 once it completed a pass over the open
+ * sessions, -ETIMEDOUT when none within timeout_ns. */
+int rp_control_alive(void *ctx, uint64_t timeout_ns, struct rp_err *err);
+
 /* The rp_api_ops to serve with a struct rp_control * as context. */
 extern const struct rp_api_ops rp_control_ops;
 

@@ -49,12 +49,37 @@ static int copy_flag(char *dst, size_t len, const char *value, const char *flag)
 	return 0;
 }
 
-/* The watchdog's liveness check: returns once the ingest thread has
- * drained and written everything (at most one extra chunk per ring per
- * ping), and blocks while it is stuck. */
-static int ingest_alive(void *rings, struct rp_err *err)
+/* The watchdog's check of the ingest thread: returns once it has drained
+ * and written everything (at most one extra chunk per ring per ping), and
+ * blocks while it is stuck. */
+static int ingest_alive(void *rings, uint64_t timeout_ns, struct rp_err *err)
 {
+	(void)timeout_ns;
 	return rp_rings_flush(rings, err);
+}
+
+/* GET /v1/status over the control socket, as `ringprof status` asks it:
+ * what STATUS= says, and the watchdog's proof that the API serves. */
+static int api_status(void *socket_path, uint64_t timeout_ns, json_t **out, struct rp_err *err)
+{
+	struct rp_client_opts o = { .socket_path = socket_path, .client_name = "watchdog",
+				    .timeout_ms = (long)(timeout_ns / 1000000) + 1 };
+	struct rp_client *client;
+	int rc = rp_client_new(&o, &client, err);
+	if (rc == 0)
+		rc = rp_client_call(client, "GET", "/v1/status", NULL, out, err);
+	rp_client_free(client);
+	return rc;
+}
+
+/* Any answer in time will do: a refusal (503 under load) comes from a
+ * serving API too.  Only a request that times out is stuck. */
+static int api_alive(void *socket_path, uint64_t timeout_ns, struct rp_err *err)
+{
+	json_t *st = NULL;
+	int rc = api_status(socket_path, timeout_ns, &st, err);
+	json_decref(st);
+	return rc;
 }
 
 /* Without --foreground: fork once set-up succeeded, so the shell gets an
@@ -184,10 +209,18 @@ int main(int argc, char **argv)
 		rc = rp_api_start(&api_opts, &rp_control_ops, control, &api, &err);
 	if (rc == 0)
 		rc = rp_producers_start(&cfg, rings, &producers, &err);
+	/* The watchdog pings only while each of these makes progress; the
+	 * ingest check last: it blocks while its thread is stuck.  Borrowed
+	 * by the notifier until it stops. */
+	const struct rp_notify_check checks[] = {
+		{ "session thread", rp_control_alive, control },
+		{ "control API", api_alive, cfg.socket },
+		{ "ingest thread", ingest_alive, rings },
+	};
 	if (rc == 0) {
 		struct rp_notify_opts notify_opts = {
-			.alive = ingest_alive, .alive_ctx = rings,
-			.status = rp_control_ops.status, .status_ctx = control,
+			.checks = checks, .nchecks = sizeof(checks) / sizeof(checks[0]),
+			.status = api_status, .status_ctx = cfg.socket,
 		};
 		rc = rp_notify_start(&notify_opts, &notify, &err);
 	}

@@ -42,7 +42,7 @@ static void status_line(struct rp_notify *n, const char *prefix, char *buf, size
 {
 	struct rp_err err = { 0 };
 	json_t *st = NULL;
-	int rc = n->opts.status(n->opts.status_ctx, &st, &err);
+	int rc = n->opts.status(n->opts.status_ctx, n->interval_ns / 2, &st, &err);
 	if (rc < 0) {
 		snprintf(buf, len, "%sSTATUS=status unavailable: %s", prefix,
 			 err.msg[0] ? err.msg : strerror(-rc));
@@ -71,22 +71,35 @@ static void status_line(struct rp_notify *n, const char *prefix, char *buf, size
 	json_decref(st);
 }
 
+/* Each check in turn, each waiting at most half an interval: a ping only
+ * when every thread has shown it is not stuck.  Messages of failed checks
+ * are appended to note. */
+static bool all_alive(struct rp_notify *n, char *note, size_t len)
+{
+	bool alive = true;
+	for (size_t i = 0; i < n->opts.nchecks && alive; i++) {
+		const struct rp_notify_check *c = &n->opts.checks[i];
+		struct rp_err err = { 0 };
+		int rc = c->alive(c->ctx, n->interval_ns / 2, &err);
+		alive = rc != -ETIMEDOUT;
+		size_t used = strlen(note);
+		if (rc < 0)
+			snprintf(note + used, len - used, "; %s%s: %.200s", alive ? "" : "watchdog: stuck: ",
+				 c->name, err.msg[0] ? err.msg : strerror(-rc));
+	}
+	return alive;
+}
+
 static void tick(struct rp_notify *n)
 {
-	char msg[1024];
-	struct rp_err err = { 0 };
-	int rc = 0;
-	if (n->watchdog_usec) {
-		rc = n->opts.alive(n->opts.alive_ctx, &err);
-		/* Its own datagram: a status that waits on a busy lock must not
-		 * delay the ping. */
+	char msg[1024], note[512] = "";
+	/* Its own datagram: a status that waits on a busy lock must not
+	 * delay the ping. */
+	if (n->watchdog_usec && all_alive(n, note, sizeof(note)))
 		send_state(n, "WATCHDOG=1");
-	}
 	status_line(n, "", msg, sizeof(msg));
-	if (rc < 0) {
-		size_t len = strlen(msg);
-		snprintf(msg + len, sizeof(msg) - len, "; %s", err.msg[0] ? err.msg : strerror(-rc));
-	}
+	size_t len = strlen(msg);
+	snprintf(msg + len, sizeof(msg) - len, "%s", note);
 	send_state(n, msg);
 }
 
@@ -143,6 +156,8 @@ int rp_notify_start(const struct rp_notify_opts *opts, struct rp_notify **out,
 	pthread_mutex_init(&n->lock, NULL);
 	rp_cond_init_monotonic(&n->wake);
 	int rc = -pthread_create(&n->thread, NULL, notify_main, n);
+	if (rc == 0)
+		pthread_setname_np(n->thread, "rp-notify");
 	if (rc < 0) {
 		rp_err_set(err, rc, "cannot start the systemd notification thread: %s", strerror(-rc));
 	} else {

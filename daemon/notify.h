@@ -8,20 +8,33 @@
 #define RINGPROF_NOTIFY_H
 
 #include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "err.h"
 
+/* One of the daemon's threads, checked before each watchdog ping (only
+ * when the unit has a watchdog, WatchdogSec=). */
+struct rp_notify_check {
+	const char *name;        /* "session thread", ... as STATUS says it */
+	/* 0 once the thread completed a pass of its work since the call.
+	 * -ETIMEDOUT (err says what waits) when it did not within timeout_ns:
+	 * it is stuck, and no ping goes out, so that systemd restarts the
+	 * daemon if it stays so.  Another negative errno (err filled): the
+	 * pass ran but failed; the thread is alive, the message goes into
+	 * STATUS.  A check may also block while its thread is stuck. */
+	int (*alive)(void *ctx, uint64_t timeout_ns, struct rp_err *err);
+	void *ctx;
+};
+
 struct rp_notify_opts {
-	/* Returns once the daemon completed a pass of its work; blocks while
-	 * it is stuck, so that the watchdog pings stop and systemd restarts
-	 * it.  A negative errno (err filled) means the pass ran but failed:
-	 * the daemon is alive, the message goes into STATUS.  Called only
-	 * when the unit has a watchdog (WatchdogSec=). */
-	int (*alive)(void *ctx, struct rp_err *err);
-	void *alive_ctx;
+	/* Every one must pass for a ping, checked in this order (borrowed
+	 * until rp_notify_stop). */
+	const struct rp_notify_check *checks;
+	size_t nchecks;
 	/* The control API's status (docs/api.md, GET /v1/status), from
-	 * which STATUS= is made. */
-	int (*status)(void *ctx, json_t **out, struct rp_err *err);
+	 * which STATUS= is made, within timeout_ns. */
+	int (*status)(void *ctx, uint64_t timeout_ns, json_t **out, struct rp_err *err);
 	void *status_ctx;
 };
 

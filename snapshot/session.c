@@ -96,6 +96,7 @@ struct rp_session {
 	char *marker;             /* <file_host>.open in it, while open */
 	uint64_t touched_ns;      /* CLOCK_MONOTONIC of the marker's last touch */
 	json_t *trigger_extra;
+	json_t *exports;          /* format name: its export's state */
 	enum rp_session_kind kind;
 	enum rp_session_state state;
 	bool manifest_written;
@@ -105,6 +106,7 @@ struct rp_session {
 	int64_t created_wall_ns;
 	struct rp_err error;      /* why the session failed */
 	struct rp_chunk_reader *reader;
+	struct rp_session_cache *cache; /* NULL: none */
 
 	pthread_mutex_t lock;     /* end_ns, pending lists, pending_bytes */
 	uint64_t pending_bytes;
@@ -325,12 +327,18 @@ int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 	s->source = strdup(opts->source);
 	s->reason = opts->reason ? strdup(opts->reason) : NULL;
 	s->trigger_extra = opts->trigger_extra ? json_deep_copy(opts->trigger_extra) : NULL;
+	s->cache = opts->cache;
+	s->exports = json_object();
+	bool listed = s->exports != NULL;
+	for (const char *const *f = opts->exports; f && *f && listed; f++)
+		listed = json_object_set_new(s->exports, *f,
+					     json_pack("{s:s}", "state", "pending")) == 0;
 	char *profile = join("%s/%s/plugins/profile", opts->logdir, opts->run);
 	char *rel = join("%s/plugins/profile", opts->run);
 	int rc = 0, logfd = -1, pfd = -1;
 	if (!s->id || !s->run || !s->host || !s->file_host || !s->source ||
 	    (opts->reason && !s->reason) ||
-	    (opts->trigger_extra && !s->trigger_extra) || !profile || !rel ||
+	    (opts->trigger_extra && !s->trigger_extra) || !listed || !profile || !rel ||
 	    rp_chunk_reader_new(&s->reader) < 0)
 		rc = rp_err_set(err, -ENOMEM, "out of memory creating a session");
 	/* Below the log directory (group-writable in deployments) nothing
@@ -710,6 +718,181 @@ static int catch_up(struct rp_session *s, struct device *d, uint64_t upto, uint6
 	return 1;
 }
 
+/* ---- the read cache shared by open sessions ---- */
+
+/* Chunks one refresh read, held for the rest of the pump pass. */
+#define CACHE_MAX_BYTES (64u << 20)
+
+struct cached {
+	size_t len;
+	struct rp_chunk_header hdr;
+	unsigned char data[];
+};
+
+struct cache_ring {
+	struct rp_ringfile *rf;
+	uint64_t pass;            /* of its last refresh */
+	uint64_t lo, hi;          /* that refresh read the chunks in [lo, hi) */
+	struct cached **items;    /* by seq */
+	size_t n, bytes;
+};
+
+struct rp_session_cache {
+	uint64_t pass;
+	struct cache_ring *rings;
+	size_t nrings;
+	_Atomic uint64_t read_bytes;
+};
+
+int rp_session_cache_new(struct rp_session_cache **out)
+{
+	*out = calloc(1, sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	(*out)->pass = 1; /* rings not seen yet have pass 0: refreshed on first use */
+	return 0;
+}
+
+static void cache_drop(struct cache_ring *cr)
+{
+	for (size_t i = 0; i < cr->n; i++)
+		free(cr->items[i]);
+	free(cr->items);
+	cr->items = NULL;
+	cr->n = cr->bytes = 0;
+}
+
+void rp_session_cache_end(struct rp_session_cache *c)
+{
+	for (size_t i = 0; i < c->nrings; i++)
+		cache_drop(&c->rings[i]);
+}
+
+void rp_session_cache_begin(struct rp_session_cache *c)
+{
+	rp_session_cache_end(c);
+	c->pass++;
+}
+
+uint64_t rp_session_cache_read_bytes(const struct rp_session_cache *c)
+{
+	return atomic_load(&c->read_bytes);
+}
+
+void rp_session_cache_free(struct rp_session_cache *c)
+{
+	if (!c)
+		return;
+	rp_session_cache_end(c);
+	free(c->rings);
+	free(c);
+}
+
+/* Read ring rf's chunks sealed since the last pass (from `from` when it
+ * was not refreshed then), up to CACHE_MAX_BYTES: the rest waits for the
+ * next pass. */
+static int cache_refresh(struct rp_session_cache *c, struct cache_ring *cr, uint64_t from)
+{
+	if (cr->pass + 1 != c->pass)
+		cr->hi = from;
+	cr->pass = c->pass;
+	cr->lo = cr->hi;
+	struct rp_ringfile_iter *it;
+	int rc = rp_ringfile_iter_new(cr->rf, 0, UINT64_MAX, &it);
+	if (rc < 0)
+		return rc;
+	rp_ringfile_iter_skip_below(it, cr->hi);
+	const void *chunk;
+	size_t len;
+	struct rp_chunk_header h;
+	while (cr->bytes < CACHE_MAX_BYTES && (rc = rp_ringfile_iter_next(it, &chunk, &len, &h)) == 1) {
+		atomic_fetch_add(&c->read_bytes, len);
+		struct cached *e = malloc(sizeof(*e) + len);
+		struct cached **items = e ? realloc(cr->items, (cr->n + 1) * sizeof(*items)) : NULL;
+		if (!items) {
+			free(e);
+			rc = -ENOMEM;
+			break;
+		}
+		cr->items = items;
+		e->len = len;
+		e->hdr = h;
+		memcpy(e->data, chunk, len);
+		cr->items[cr->n++] = e;
+		cr->bytes += len;
+		cr->hi = h.seq + 1;
+	}
+	rp_ringfile_iter_free(it);
+	return rc < 0 ? rc : 0;
+}
+
+/* The cache of ring rf for this pass, refreshed on first use; NULL with
+ * *rc set when it cannot be had (the session reads the ring itself). */
+static struct cache_ring *cache_ring(struct rp_session_cache *c, struct rp_ringfile *rf,
+				     uint64_t from, int *rc)
+{
+	struct cache_ring *cr = NULL;
+	for (size_t i = 0; i < c->nrings && !cr; i++)
+		if (c->rings[i].rf == rf)
+			cr = &c->rings[i];
+	if (!cr) {
+		struct cache_ring *rings = realloc(c->rings, (c->nrings + 1) * sizeof(*rings));
+		if (!rings) {
+			*rc = -ENOMEM;
+			return NULL;
+		}
+		c->rings = rings;
+		cr = &c->rings[c->nrings++];
+		*cr = (struct cache_ring){ .rf = rf };
+	}
+	if (cr->pass != c->pass && (*rc = cache_refresh(c, cr, from)) < 0) {
+		cache_drop(cr);
+		cr->pass = 0; /* the next use reads again, from its cursor */
+		return NULL;
+	}
+	return cr;
+}
+
+/* ---- pumping ---- */
+
+/* Copy one chunk the ring held (read from it or from the cache), after
+ * the saved chunks and gaps before it.  1: copied; 0: held back at an
+ * unsettled gap (*held); negative: error. */
+static int copy_chunk(struct rp_session *s, struct device *d, const void *chunk, size_t len,
+		      const struct rp_chunk_header *h, uint64_t next, bool final, bool *held,
+		      struct rp_err *err)
+{
+	if (h->seq < atomic_load(&d->cursor))
+		return 1;
+	int rc = catch_up(s, d, h->seq, next, final, err);
+	*held = rc == 0;
+	if (rc <= 0)
+		return rc;
+	rc = write_chunk(s, d, chunk, len, h, err);
+	return rc < 0 ? rc : 1;
+}
+
+/* The pass's chunks from the shared cache: -EAGAIN when it does not
+ * reach back to the cursor (the session reads the ring itself). */
+static int copy_cached(struct rp_session *s, struct device *d, uint64_t t0, uint64_t next,
+		       bool *held, struct rp_err *err)
+{
+	int rc = 0;
+	uint64_t cursor = atomic_load(&d->cursor);
+	struct cache_ring *cr = cache_ring(s->cache, d->rf, cursor, &rc);
+	if (!cr || cursor < cr->lo)
+		return -EAGAIN;
+	for (size_t i = 0; i < cr->n; i++) {
+		const struct cached *e = cr->items[i];
+		if (!overlaps(t0, s->end_ns, &e->hdr))
+			continue;
+		rc = copy_chunk(s, d, e->data, e->len, &e->hdr, next, false, held, err);
+		if (rc <= 0)
+			return rc;
+	}
+	return 0;
+}
+
 static int pump_device(struct rp_session *s, struct device *d, bool final, struct rp_err *err)
 {
 	uint64_t next = rp_ringfile_next_seq(d->rf);
@@ -719,34 +902,35 @@ static int pump_device(struct rp_session *s, struct device *d, bool final, struc
 	uint64_t t0 = s->start_ns;
 	if (!final && d->chunks && d->resume_ts > t0)
 		t0 = d->resume_ts;
-	struct rp_ringfile_iter *it;
-	int rc = rp_ringfile_iter_new(d->rf, t0, s->end_ns, &it);
-	if (rc < 0)
-		return rp_err_set(err, rc, "cannot read ring %s for session %s: %s", d->name, s->id,
-				  strerror(-rc));
-	const void *chunk;
-	size_t len;
-	struct rp_chunk_header h;
 	bool held = false;
-	rp_ringfile_iter_skip_below(it, atomic_load(&d->cursor));
-	for (;;) {
-		int r = rp_ringfile_iter_next(it, &chunk, &len, &h);
-		if (r < 0)
-			rc = rp_err_set(err, r, "cannot read ring %s for session %s: %s", d->name,
-					s->id, strerror(-r));
-		if (r <= 0)
-			break;
-		if (h.seq < atomic_load(&d->cursor))
-			continue;
-		rc = catch_up(s, d, h.seq, next, final, err);
-		held = rc == 0;
-		if (rc <= 0)
-			break;
-		rc = write_chunk(s, d, chunk, len, &h, err);
+	/* Sessions open together share one read of the ring per pass; the
+	 * final pumps read what the pass has not, themselves. */
+	int rc = !final && s->cache ? copy_cached(s, d, t0, next, &held, err) : -EAGAIN;
+	if (rc == -EAGAIN) {
+		struct rp_ringfile_iter *it;
+		rc = rp_ringfile_iter_new(d->rf, t0, s->end_ns, &it);
 		if (rc < 0)
-			break;
+			return rp_err_set(err, rc, "cannot read ring %s for session %s: %s", d->name,
+					  s->id, strerror(-rc));
+		const void *chunk;
+		size_t len;
+		struct rp_chunk_header h;
+		rp_ringfile_iter_skip_below(it, atomic_load(&d->cursor));
+		for (;;) {
+			int r = rp_ringfile_iter_next(it, &chunk, &len, &h);
+			if (r < 0)
+				rc = rp_err_set(err, r, "cannot read ring %s for session %s: %s", d->name,
+						s->id, strerror(-r));
+			if (r <= 0)
+				break;
+			if (s->cache)
+				atomic_fetch_add(&s->cache->read_bytes, len);
+			rc = copy_chunk(s, d, chunk, len, &h, next, final, &held, err);
+			if (rc <= 0)
+				break;
+		}
+		rp_ringfile_iter_free(it);
 	}
-	rp_ringfile_iter_free(it);
 	if (rc >= 0 && !held)
 		rc = catch_up(s, d, UINT64_MAX, next, final, err);
 	ring_horizon(d);
@@ -946,6 +1130,9 @@ static json_t *session_json(const struct rp_session *s, bool manifest)
 	json_object_set_new(o, "trigger", trigger);
 	if (s->state == RP_SESSION_FAILED)
 		json_object_set_new(o, "error", json_string(s->error.msg));
+	/* Only a complete session gets exported. */
+	if (s->state == RP_SESSION_COMPLETE)
+		json_object_set(o, "exports", s->exports);
 	return o;
 }
 
@@ -957,8 +1144,33 @@ json_t *rp_session_to_json(const struct rp_session *s)
 /* A temporary file, fsync, rename, fsync the directory: a reader sees the
  * old manifest or the new one, never half of one.  The temporary name is
  * random and made with O_EXCL | O_NOFOLLOW: a link planted at any name in
- * the directory is never written through.  The .open marker goes once the
- * manifest is in place. */
+ * the directory (dirfd, shown as dir) is never written through.  gone
+ * (NULL: none) is removed once the manifest is in place. */
+static int store_manifest(int dirfd, const char *dir, const char *file_host, const char *text,
+			  const char *gone, struct rp_err *err)
+{
+	char *final = join("%s" RP_SESSION_MANIFEST_SUFFIX, file_host);
+	if (!text || !final) {
+		free(final);
+		return rp_err_set(err, -ENOMEM, "out of memory writing the manifest in %s", dir);
+	}
+	struct rp_safefs_tmp tmp;
+	int rc = rp_safefs_tmp_open(dirfd, final, 0640, &tmp, dir, err);
+	if (rc == 0 && (rc = write_all(tmp.fd, text, strlen(text))) < 0) {
+		rp_safefs_tmp_discard(&tmp);
+		rc = write_error(err, -rc, dir);
+	}
+	if (rc == 0)
+		rc = rp_safefs_tmp_publish(&tmp, final, dir, err);
+	/* A marker left behind (an unlink failing here) only keeps retention
+	 * off the session until it goes stale. */
+	if (rc == 0 && gone)
+		(void)unlinkat(dirfd, gone, 0);
+	free(final);
+	return rc;
+}
+
+/* The .open marker goes once the manifest is in place. */
 static int write_manifest(struct rp_session *s, struct rp_err *err)
 {
 	s->manifest_written = true;
@@ -967,27 +1179,10 @@ static int write_manifest(struct rp_session *s, struct rp_err *err)
 	json_t *m = session_json(s, true);
 	char *text = json_dumps(m, JSON_INDENT(2));
 	json_decref(m);
-	char *final = join("%s" RP_SESSION_MANIFEST_SUFFIX, s->file_host);
-	if (!text || !final) {
-		free(text);
-		free(final);
-		return rp_err_set(err, -ENOMEM, "out of memory writing the manifest of session %s",
-				  s->id);
-	}
-	struct rp_safefs_tmp tmp;
-	int rc = rp_safefs_tmp_open(s->dirfd, final, 0640, &tmp, s->path, err);
-	if (rc == 0 && (rc = write_all(tmp.fd, text, strlen(text))) < 0) {
-		rp_safefs_tmp_discard(&tmp);
-		rc = write_error(err, -rc, s->path);
-	}
-	if (rc == 0)
-		rc = rp_safefs_tmp_publish(&tmp, final, s->path, err);
-	/* A marker left behind (an unlink failing here) only keeps retention
-	 * off the session until it goes stale. */
-	if (rc == 0 && s->marker)
-		(void)unlinkat(s->dirfd, s->marker, 0);
+	int rc = text ? store_manifest(s->dirfd, s->path, s->file_host, text, s->marker, err)
+		      : rp_err_set(err, -ENOMEM, "out of memory writing the manifest of session %s",
+				   s->id);
 	free(text);
-	free(final);
 	return rc;
 }
 
@@ -1037,6 +1232,7 @@ void rp_session_free(struct rp_session *s)
 	free(s->devs);
 	rp_chunk_reader_free(s->reader);
 	json_decref(s->trigger_extra);
+	json_decref(s->exports);
 	pthread_mutex_destroy(&s->lock);
 	free(s->id);
 	free(s->run);
@@ -1049,6 +1245,38 @@ void rp_session_free(struct rp_session *s)
 	free(s->source);
 	free(s->reason);
 	free(s);
+}
+
+int rp_session_set_export(int dirfd, const char *dir, const char *host, const char *format,
+			  json_t *state, struct rp_err *err)
+{
+	char *file_host = strdup(host);
+	if (file_host)
+		rp_session_file_host(file_host);
+	char *name = file_host ? join("%s" RP_SESSION_MANIFEST_SUFFIX, file_host) : NULL;
+	int rc = name ? 0 : rp_err_set(err, -ENOMEM, "out of memory updating a manifest in %s", dir);
+	char *text = NULL;
+	size_t len = 0;
+	if (rc == 0)
+		rc = rp_safefs_read(dirfd, name, RP_SAFEFS_META_MAX, &text, &len, dir, err);
+	json_error_t je;
+	json_t *m = text ? json_loadb(text, len, 0, &je) : NULL;
+	free(text);
+	text = NULL;
+	json_t *exports = json_object_get(m, "exports");
+	if (rc == 0 && !json_is_object(exports))
+		rc = rp_err_set(err, m ? -EBADMSG : -EINVAL, "cannot record the %s export in %s/%s: %s",
+				format, dir, name, m ? "it lists no exports" : je.text);
+	if (rc == 0 && (json_object_set(exports, format, state) < 0 ||
+			!(text = json_dumps(m, JSON_INDENT(2)))))
+		rc = rp_err_set(err, -ENOMEM, "out of memory updating %s/%s", dir, name);
+	if (rc == 0)
+		rc = store_manifest(dirfd, dir, file_host, text, NULL, err);
+	free(text);
+	json_decref(m);
+	free(name);
+	free(file_host);
+	return rc;
 }
 
 /* ---- reading a session back ---- */

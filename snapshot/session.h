@@ -49,6 +49,13 @@ struct rp_session_opts {
 	const char *source;       /* "cli", "api", "library", "python", ... */
 	const char *reason;       /* free text, may be NULL */
 	json_t *trigger_extra;    /* merged into manifest "trigger"; borrowed */
+	/* Formats to export once the session is complete (NULL-terminated
+	 * names; NULL: none): its manifest lists each under "exports" as
+	 * {"state": "pending"} for the exporter to update. */
+	const char *const *exports;
+	/* Shared with the other open sessions (borrowed; NULL: none): reads
+	 * each chunk from its ring once for all of them. */
+	struct rp_session_cache *cache;
 };
 
 #define RP_SESSION_MANIFEST_SUFFIX ".manifest.json"
@@ -58,6 +65,7 @@ struct rp_session_opts {
 #define RP_SESSION_OPEN_FRESH_NS (600ull * 1000000000ull)
 
 struct rp_session;
+struct rp_session_cache;
 
 /* Create the session directory and claim it for opts->host (its .open
  * marker).  A generated id that is taken gets a suffix (_1, _2, ...).  A
@@ -88,6 +96,27 @@ enum rp_session_state rp_session_state_of(const struct rp_session *s);
 json_t *rp_session_to_json(const struct rp_session *s);
 /* Unpins if still open (the session is then left FAILED on disk). */
 void rp_session_free(struct rp_session *s);
+
+/* Record the state of one export (docs/export.md: {"state": "written",
+ * "bytes": N} or {"state": "failed", "error": "..."}) of host's part of
+ * the complete session in the directory dirfd (dir in messages): its
+ * manifest's "exports" gets format: state, replaced whole (a reader sees
+ * the old manifest or the new; no link in the directory is followed). */
+int rp_session_set_export(int dirfd, const char *dir, const char *host, const char *format,
+			  json_t *state, struct rp_err *err);
+
+/* A read cache shared by the sessions open at one time: a pump pass
+ * (rp_session_cache_begin, rp_session_pump of each session, then
+ * rp_session_cache_end, which frees what the pass read) reads each new
+ * chunk of a ring once, up to 64 MiB per ring, for all of them (closing
+ * pumps read the ring themselves).  Used under the same serialisation as
+ * the sessions' pumps; read_bytes from any thread. */
+int rp_session_cache_new(struct rp_session_cache **out);
+void rp_session_cache_begin(struct rp_session_cache *c);
+void rp_session_cache_end(struct rp_session_cache *c);
+/* Bytes the sessions sharing c read from their rings, in total. */
+uint64_t rp_session_cache_read_bytes(const struct rp_session_cache *c);
+void rp_session_cache_free(struct rp_session_cache *c);
 
 /* Rewrites a host name, in place, as session file names spell it: ':'
  * and '/' become '_'. */

@@ -233,7 +233,8 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		struct rp_reader *r = NULL;
 		struct rp_err ferr = { 0 };
 		rc = open_reader(session_dir, m, opts, &r, &ferr);
-		for (unsigned f = 0; f < RP_EXPORT_NFORMATS; f++) {
+		bool go_on = true;
+		for (unsigned f = 0; go_on && f < RP_EXPORT_NFORMATS; f++) {
 			if (!(mask & 1u << f))
 				continue;
 			snprintf(file, sizeof(file), "%s%s", name, formats[f].suffix);
@@ -245,8 +246,13 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 				first = rc;
 				*err = ferr;
 			}
+			if (opts->progress)
+				go_on = opts->progress(opts->progress_ctx, h, (enum rp_export_format)f,
+						       dirfd, file, rc < 0 ? &ferr : NULL);
 		}
 		rp_reader_free(r);
+		if (!go_on)
+			break;
 	}
 	json_decref(all);
 	close(dirfd);

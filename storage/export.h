@@ -14,6 +14,7 @@
 #define RINGPROF_EXPORT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "err.h"
 
@@ -60,6 +61,13 @@ struct rp_export_opts {
 	/* Only these processes' events, in every format (see reader.h);
 	 * NULL: every process. */
 	const struct rp_reader_filter *filter;
+	/* rp_export_session calls it after each format of each host, with
+	 * the session directory's fd and the file written in it, or the
+	 * error (err not NULL) when it was not; false stops before the next
+	 * format.  NULL: none. */
+	bool (*progress)(void *ctx, const char *host, enum rp_export_format f, int dirfd,
+			 const char *file, const struct rp_err *err);
+	void *progress_ctx;
 };
 
 /* One host's part (manifest: an element of rp_session_manifests) of the

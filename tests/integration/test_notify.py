@@ -146,8 +146,11 @@ def busiest_thread(pid):
     def switches():
         out = {}
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                out[int(tid)] = int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", f.read()).group(1))
+            try:  # threads come and go: one per API connection
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    out[int(tid)] = int(re.search(r"voluntary_ctxt_switches:\s+(\d+)", f.read()).group(1))
+            except FileNotFoundError:
+                pass
         return out
     before = switches()
     time.sleep(0.5)
@@ -157,28 +160,75 @@ def busiest_thread(pid):
     return deltas[0][1]
 
 
-def test_watchdog_stops_when_ingest_is_stuck(tmp_path, monkeypatch, listener):
-    d = watched_daemon(tmp_path, monkeypatch, config="[daemon]\npoll_interval = 1ms\n").start()
+def thread_named(pid, name):
+    """The daemon names the threads the watchdog checks (and MHD its own)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == name:
+                    return int(tid)
+        except FileNotFoundError:
+            pass
+    raise AssertionError(f"no thread {name} in ringprofd")
+
+
+def assert_pings_stop_while_stopped(d, listener, find_thread, stuck_s=3):
+    """Stops one thread of the daemon (ptrace), as if it hung: the pings
+    stop; once it goes on, they come back.  Returns the messages sent
+    while it was stopped."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    assert listener.receive(lambda ms: len(listener.with_key("WATCHDOG")) >= 1, 5)
+    tid = find_thread(d.proc.pid)
+    if libc.ptrace(PTRACE_SEIZE, tid, None, None) < 0:
+        pytest.skip(f"cannot ptrace ringprofd: {os.strerror(ctypes.get_errno())} "
+                    "(needs root or kernel.yama.ptrace_scope <= 1)")
+    assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
+    os.waitpid(tid, WALL)
+    # A ping already on its way when the thread stopped may still come.
+    listener.receive(lambda ms: False, 0.3)
+    stuck = len(listener.messages)
     try:
-        assert listener.receive(lambda ms: len(listener.with_key("WATCHDOG")) >= 1, 5)
-        tid = busiest_thread(d.proc.pid)
-        if libc.ptrace(PTRACE_SEIZE, tid, None, None) < 0:
-            pytest.skip(f"cannot ptrace ringprofd: {os.strerror(ctypes.get_errno())} "
-                        "(needs root or kernel.yama.ptrace_scope <= 1)")
-        assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
-        os.waitpid(tid, WALL)
-        # A ping already on its way when the thread stopped may still come.
-        listener.receive(lambda ms: False, 0.3)
-        stuck = len(listener.messages)
-        try:
-            # Three ping intervals with the ingest thread stopped: no ping.
-            assert not listener.receive(lambda ms: any("WATCHDOG" in m[2] for m in ms[stuck:]), 3)
-        finally:
-            assert libc.ptrace(PTRACE_DETACH, tid, None, None) == 0
-        assert listener.receive(lambda ms: any("WATCHDOG" in m[2] for m in ms[stuck:]), 3)
-        assert d.alive()
+        # Three ping intervals or more with the thread stopped: no ping.
+        assert not listener.receive(lambda ms: any("WATCHDOG" in m[2] for m in ms[stuck:]), stuck_s)
+    finally:
+        assert libc.ptrace(PTRACE_DETACH, tid, None, None) == 0
+    during = [m[2] for m in listener.messages[stuck:]]
+    assert listener.receive(lambda ms: any("WATCHDOG" in m[2] for m in ms[stuck:]), 3)
+    assert d.alive()
+    return during
+
+
+def test_watchdog_stops_when_ingest_is_stuck(tmp_path, monkeypatch, listener):
+    d = watched_daemon(tmp_path, monkeypatch, config="[daemon]\npoll_interval = 1ms\n").start()
+    try:
+        assert_pings_stop_while_stopped(d, listener, busiest_thread)
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("thread, says", [
+    # The thread that copies open sessions, closes captures and hands
+    # sessions to the exporter.
+    ("rp-sessions", "watchdog: stuck: session thread: no pass"),
+    # libmicrohttpd's listener: no request is answered.
+    ("MHD-listen", "watchdog: stuck: control API:"),
+])
+def test_watchdog_stops_when_sessions_or_api_are_stuck(tmp_path, monkeypatch, listener,
+                                                      thread, says):
+    """Before, only the ingest thread was checked: a session thread or an
+    API that hung (a FIFO opened under the sessions lock) went on being
+    pinged for.  The ingest thread runs on meanwhile."""
+    d = watched_daemon(tmp_path, monkeypatch).start()
+    try:
+        if thread == "rp-sessions":
+            d.ok("POST", "/v1/sessions", {"name": "copying"})
+        # Long enough for two ticks: each waits for the checks' timeouts.
+        during = assert_pings_stop_while_stopped(d, listener, lambda pid: thread_named(pid, thread),
+                                                 stuck_s=5)
+        # STATUS says why (that of the tick under way at the stop may not).
+        statuses = [m["STATUS"] for m in during if "STATUS" in m]
+        assert len(statuses) >= 2 and says in statuses[-1], statuses
     finally:
         d.stop()
 

@@ -99,14 +99,17 @@ static uint64_t ring_written(struct ring *r)
 	return st.written_chunks;
 }
 
-static struct rp_session *open_session(const char *logdir, const char *id,
-				       enum rp_session_kind kind, uint64_t start, uint64_t end)
+/* cache and exports: see struct rp_session_opts (NULL: none). */
+static struct rp_session *open_shared(const char *logdir, const char *id,
+				      enum rp_session_kind kind, uint64_t start, uint64_t end,
+				      struct rp_session_cache *cache, const char *const *exports)
 {
 	json_t *extra = json_pack("{s:s}", "step", "1200");
 	struct rp_session_opts o = {
 		.logdir = logdir, .run = "default", .id = id, .host = HOST, .kind = kind,
 		.start_ns = start, .end_ns = end, .wall_offset_ns = WALL_OFFSET,
 		.source = "test", .reason = "unit test", .trigger_extra = extra,
+		.cache = cache, .exports = exports,
 	};
 	struct rp_session *s = NULL;
 	struct rp_err err = { 0 };
@@ -115,6 +118,12 @@ static struct rp_session *open_session(const char *logdir, const char *id,
 	if (rc < 0)
 		fail_msg("%s", err.msg);
 	return s;
+}
+
+static struct rp_session *open_session(const char *logdir, const char *id,
+				       enum rp_session_kind kind, uint64_t start, uint64_t end)
+{
+	return open_shared(logdir, id, kind, start, end, NULL, NULL);
 }
 
 static void add_ring(struct rp_session *s, struct ring *r)
@@ -514,6 +523,112 @@ static void test_overlapping_sessions(void **state)
 	ring_close(&r);
 }
 
+/* Sessions open together share one read of each new chunk: with four of
+ * them, the ring is read about once, not four times, and each session
+ * still gets exactly its window. */
+static void test_sessions_share_reads(void **state)
+{
+	(void)state;
+	enum { N = 4 };
+	struct ring r;
+	ring_open(&r, "shared", 64);
+	feed(&r, 500);
+	struct rp_session_cache *cache;
+	assert_int_equal(rp_session_cache_new(&cache), 0);
+	uint64_t first = r.next;
+	struct rp_session *s[N];
+	for (int i = 0; i < N; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "shared%d", i);
+		s[i] = open_shared(base, id, RP_SESSION_MANUAL, ts_of(first), UINT64_MAX, cache, NULL);
+		add_ring(s[i], &r);
+	}
+	struct rp_err err = { 0 };
+	for (int pass = 0; pass < 30; pass++) {
+		feed(&r, 400);
+		rp_session_cache_begin(cache);
+		/* The session that lags behind (pumped every third pass) reads
+		 * the ring itself when the cache no longer reaches back to it. */
+		for (int i = 0; i < N; i++)
+			if (i < N - 1 || pass % 3 == 0)
+				assert_int_equal(rp_session_pump(s[i], &err), 0);
+		rp_session_cache_end(cache);
+	}
+	uint64_t last = r.next - 1;
+	for (int i = 0; i < N; i++)
+		close_ok(s[i], ts_of(last));
+	uint64_t copied = 0;
+	for (int i = 0; i < N; i++) {
+		char file[PATH_LEN];
+		chunks_path(s[i], file, sizeof(file));
+		struct readback rb;
+		read_back(file, ts_of(first), ts_of(last), &rb);
+		assert_int_equal(rb.first, first);
+		assert_int_equal(rb.last, last);
+		assert_int_equal(rb.counters, last - first + 1);
+		json_t *m = load_manifest(s[i]);
+		assert_int_equal(get_u64(device0(m), "events"), last - first + 1);
+		assert_int_equal(get_u64(device0(m), "lost_chunks"), 0);
+		copied = get_u64(device0(m), "bytes");
+		json_decref(m);
+		rp_session_free(s[i]);
+	}
+	/* Once for the three in step, and once more by the laggard on its
+	 * own: about two copies' worth, where unshared reads would be four. */
+	uint64_t read = rp_session_cache_read_bytes(cache);
+	assert_true(read >= copied);
+	assert_true(read < 5 * copied / 2);
+	rp_session_cache_free(cache);
+	ring_close(&r);
+}
+
+/* A complete session's manifest lists its exports as pending; each is
+ * then recorded as written or failed, and the rest of the manifest stays. */
+static void test_export_states(void **state)
+{
+	(void)state;
+	struct ring r;
+	ring_open(&r, "exports", 16);
+	feed(&r, 100);
+	static const char *const formats[] = { "json", "summary", NULL };
+	struct rp_session *s = open_shared(base, "exported", RP_SESSION_SNAPSHOT, ts_of(0),
+					   ts_of(99), NULL, formats);
+	add_ring(s, &r);
+	close_ok(s, ts_of(99));
+	json_t *m = load_manifest(s);
+	json_t *want = json_pack("{s:{s:s}, s:{s:s}}", "json", "state", "pending", "summary",
+				 "state", "pending");
+	assert_true(json_equal(json_object_get(m, "exports"), want));
+	json_t *api = rp_session_to_json(s);
+	assert_true(json_equal(json_object_get(api, "exports"), want));
+	json_decref(api);
+	json_decref(m);
+
+	struct rp_err err = { 0 };
+	json_t *written = json_pack("{s:s, s:I}", "state", "written", "bytes", (json_int_t)42);
+	json_t *failed = json_pack("{s:s, s:s}", "state", "failed", "error", "disk full");
+	int dirfd = open(rp_session_path(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	assert_true(dirfd >= 0);
+	const char *dir = rp_session_path(s);
+	assert_int_equal(rp_session_set_export(dirfd, dir, HOST, "json", written, &err), 0);
+	assert_int_equal(rp_session_set_export(dirfd, dir, HOST, "summary", failed, &err), 0);
+	m = load_manifest(s);
+	json_object_set(want, "json", written);
+	json_object_set(want, "summary", failed);
+	assert_true(json_equal(json_object_get(m, "exports"), want));
+	assert_string_equal(json_string_value(json_object_get(m, "state")), "complete");
+	assert_int_equal(get_u64(device0(m), "events"), 100);
+	json_decref(m);
+	/* Another host's part of the session has no manifest here. */
+	assert_int_equal(rp_session_set_export(dirfd, dir, "other", "json", written, &err), -ENOENT);
+	close(dirfd);
+	json_decref(written);
+	json_decref(failed);
+	json_decref(want);
+	rp_session_free(s);
+	ring_close(&r);
+}
+
 /* Generated ids that are taken get a suffix; a given one is refused. */
 static void test_id_collision(void **state)
 {
@@ -890,6 +1005,23 @@ static int group_setup(void **state)
 	return scratch_make(base, sizeof(base), "session");
 }
 
+/* A session directory without manifests (one being written) reads back
+ * as an empty list; nothing is sorted (qsort of NULL is undefined). */
+static void test_manifests_of_empty_dir(void **state)
+{
+	(void)state;
+	char dir[PATH_LEN];
+	snprintf(dir, sizeof(dir), "%s/empty-session", base);
+	assert_int_equal(mkdir(dir, 0750), 0);
+	json_t *all = NULL;
+	struct rp_err err = { 0 };
+	assert_int_equal(rp_session_manifests(dir, &all, &err), 0);
+	assert_true(json_is_array(all));
+	assert_int_equal(json_array_size(all), 0);
+	json_decref(all);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 static int group_teardown(void **state)
 {
 	(void)state;
@@ -904,6 +1036,8 @@ int main(void)
 		cmocka_unit_test(test_manual_session_pumped),
 		cmocka_unit_test(test_manual_session_pins_only),
 		cmocka_unit_test(test_overlapping_sessions),
+		cmocka_unit_test(test_sessions_share_reads),
+		cmocka_unit_test(test_export_states),
 		cmocka_unit_test(test_pump_races_writer),
 		cmocka_unit_test(test_id_collision),
 		cmocka_unit_test(test_hosts_share_a_session),
@@ -912,6 +1046,7 @@ int main(void)
 		cmocka_unit_test(test_unwritable_logdir),
 		cmocka_unit_test(test_full_disk),
 		cmocka_unit_test(test_chunks_reader_resyncs),
+		cmocka_unit_test(test_manifests_of_empty_dir),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
