@@ -160,31 +160,34 @@ def busiest_thread(pid):
     return deltas[0][1]
 
 
-def thread_named(pid, name):
+def threads_named(pid, name):
     """The daemon names the threads the watchdog checks (and MHD its own)."""
+    tids = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 if f.read().strip() == name:
-                    return int(tid)
+                    tids.append(int(tid))
         except FileNotFoundError:
             pass
-    raise AssertionError(f"no thread {name} in ringprofd")
+    assert tids, f"no thread {name} in ringprofd"
+    return tids
 
 
-def assert_pings_stop_while_stopped(d, listener, find_thread, stuck_s=3):
-    """Stops one thread of the daemon (ptrace), as if it hung: the pings
-    stop; once it goes on, they come back.  Returns the messages sent
-    while it was stopped."""
+def assert_pings_stop_while_stopped(d, listener, find_threads, stuck_s=3):
+    """Stops threads of the daemon (ptrace), as if they hung: the pings
+    stop; once they go on, they come back.  Returns the messages sent
+    while they were stopped."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
     assert listener.receive(lambda ms: len(listener.with_key("WATCHDOG")) >= 1, 5)
-    tid = find_thread(d.proc.pid)
-    if libc.ptrace(PTRACE_SEIZE, tid, None, None) < 0:
-        pytest.skip(f"cannot ptrace ringprofd: {os.strerror(ctypes.get_errno())} "
-                    "(needs root or kernel.yama.ptrace_scope <= 1)")
-    assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
-    os.waitpid(tid, WALL)
+    tids = find_threads(d.proc.pid)
+    for tid in tids:
+        if libc.ptrace(PTRACE_SEIZE, tid, None, None) < 0:
+            pytest.skip(f"cannot ptrace ringprofd: {os.strerror(ctypes.get_errno())} "
+                        "(needs root or kernel.yama.ptrace_scope <= 1)")
+        assert libc.ptrace(PTRACE_INTERRUPT, tid, None, None) == 0
+        os.waitpid(tid, WALL)
     # A ping already on its way when the thread stopped may still come.
     listener.receive(lambda ms: False, 0.3)
     stuck = len(listener.messages)
@@ -192,7 +195,8 @@ def assert_pings_stop_while_stopped(d, listener, find_thread, stuck_s=3):
         # Three ping intervals or more with the thread stopped: no ping.
         assert not listener.receive(lambda ms: any("WATCHDOG" in m[2] for m in ms[stuck:]), stuck_s)
     finally:
-        assert libc.ptrace(PTRACE_DETACH, tid, None, None) == 0
+        for tid in tids:
+            assert libc.ptrace(PTRACE_DETACH, tid, None, None) == 0
     during = [m[2] for m in listener.messages[stuck:]]
     assert listener.receive(lambda ms: any("WATCHDOG" in m[2] for m in ms[stuck:]), 3)
     assert d.alive()
@@ -202,7 +206,7 @@ def assert_pings_stop_while_stopped(d, listener, find_thread, stuck_s=3):
 def test_watchdog_stops_when_ingest_is_stuck(tmp_path, monkeypatch, listener):
     d = watched_daemon(tmp_path, monkeypatch, config="[daemon]\npoll_interval = 1ms\n").start()
     try:
-        assert_pings_stop_while_stopped(d, listener, busiest_thread)
+        assert_pings_stop_while_stopped(d, listener, lambda pid: [busiest_thread(pid)])
     finally:
         d.stop()
 
@@ -211,8 +215,8 @@ def test_watchdog_stops_when_ingest_is_stuck(tmp_path, monkeypatch, listener):
     # The thread that copies open sessions, closes captures and hands
     # sessions to the exporter.
     ("rp-sessions", "watchdog: stuck: session thread: no pass"),
-    # libmicrohttpd's listener: no request is answered.
-    ("MHD-listen", "watchdog: stuck: control API:"),
+    # libmicrohttpd's threads (a pool per listener): no request is answered.
+    ("MHD-worker", "watchdog: stuck: control API:"),
 ])
 def test_watchdog_stops_when_sessions_or_api_are_stuck(tmp_path, monkeypatch, listener,
                                                       thread, says):
@@ -224,7 +228,7 @@ def test_watchdog_stops_when_sessions_or_api_are_stuck(tmp_path, monkeypatch, li
         if thread == "rp-sessions":
             d.ok("POST", "/v1/sessions", {"name": "copying"})
         # Long enough for two ticks: each waits for the checks' timeouts.
-        during = assert_pings_stop_while_stopped(d, listener, lambda pid: thread_named(pid, thread),
+        during = assert_pings_stop_while_stopped(d, listener, lambda pid: threads_named(pid, thread),
                                                  stuck_s=5)
         # STATUS says why (that of the tick under way at the stop may not).
         statuses = [m["STATUS"] for m in during if "STATUS" in m]
