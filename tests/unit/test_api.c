@@ -99,8 +99,10 @@ static int record_id(struct fake *f, const char *id, const char *doc, json_t **o
 	return finish(f, doc, out, err);
 }
 
-static int fake_stop(void *ctx, const char *id, json_t **out, struct rp_err *err)
+static int fake_stop(void *ctx, const char *id, const struct rp_stop_req *req, json_t **out,
+		     struct rp_err *err)
 {
+	(void)req;
 	return record_id(ctx, id, "{\"state\": \"complete\"}", out, err);
 }
 
