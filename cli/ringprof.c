@@ -1027,6 +1027,20 @@ static int cmd_export(const struct command *cmd, struct args *a)
 	return rc;
 }
 
+/* Whether pid runs: it exists and is not a zombie (its parent, say a
+ * test harness, has yet to reap it; it has exited all the same). */
+static bool pid_running(pid_t pid)
+{
+	char path[64], stat[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	bool read = f && fgets(stat, sizeof(stat), f);
+	if (f)
+		fclose(f);
+	const char *end = read ? strrchr(stat, ')') : NULL;
+	return kill(pid, 0) == 0 && !(end && end[1] == ' ' && end[2] == 'Z');
+}
+
 /* POST /v1/shutdown, then waits for the daemon to exit (it seals its
  * rings first), so that a script may start the next one right after. */
 static int cmd_shutdown(const struct command *cmd, struct args *a)
@@ -1041,9 +1055,9 @@ static int cmd_shutdown(const struct command *cmd, struct args *a)
 	uint64_t deadline = mono_ns() + SHUTDOWN_WAIT_NS;
 	/* The pid as the daemon sees it: in another pid namespace kill()
 	 * finds nothing (ESRCH) and there is nothing to wait for here. */
-	while (pid > 0 && kill(pid, 0) == 0 && mono_ns() < deadline)
+	while (pid > 0 && pid_running(pid) && mono_ns() < deadline)
 		usleep(POLL_INTERVAL_MS * 1000);
-	if (pid > 0 && kill(pid, 0) == 0) {
+	if (pid > 0 && pid_running(pid)) {
 		fprintf(stderr, "ringprof: ringprofd (pid %d) is still sealing its rings after %llus\n",
 			(int)pid, (unsigned long long)(SHUTDOWN_WAIT_NS / 1000000000ull));
 		return EXIT_FAILURE;

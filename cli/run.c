@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,10 @@
 /* How long a private daemon may take to answer, and to exit. */
 #define DAEMON_START_MS 15000
 #define DAEMON_STOP_MS 30000
+#define SOCKET_NAME "ringprofd.sock"
+/* The longest control socket path ringprofd takes: sun_path less the
+ * producer socket's ".producers" suffix. */
+#define SOCKET_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - sizeof(".producers"))
 
 /* ---- collector setups ----------------------------------------------------
  * Each in-workload collector that `run` sets up: its name (the option
@@ -289,15 +294,18 @@ static int start_private(struct private_daemon *d, const char *logdir, struct rp
 		}
 		logdir = abs_logdir;
 	}
+	/* In $TMPDIR, unless the socket's path would be too long there. */
 	const char *tmp = getenv("TMPDIR");
-	snprintf(d->dir, sizeof(d->dir), "%s/ringprof-run-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!tmp || !*tmp || strlen(tmp) + sizeof("/ringprof-run-XXXXXX/" SOCKET_NAME) > SOCKET_PATH_MAX)
+		tmp = "/tmp";
+	snprintf(d->dir, sizeof(d->dir), "%s/ringprof-run-XXXXXX", tmp);
 	if (!mkdtemp(d->dir)) {
 		fprintf(stderr, "ringprof run: cannot make a temporary directory %s: %s\n", d->dir,
 			strerror(errno));
 		d->dir[0] = 0;
 		return -errno;
 	}
-	snprintf(d->socket, sizeof(d->socket), "%s/ringprofd.sock", d->dir);
+	snprintf(d->socket, sizeof(d->socket), "%s/" SOCKET_NAME, d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/ringprofd.log", d->dir);
 	snprintf(state, sizeof(state), "%s/rings", d->dir);
 	int logfd = open(d->log, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
