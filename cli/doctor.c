@@ -232,7 +232,8 @@ static void report_binary(struct doctor *d, const char *check, const char *path,
 	struct elf_facts f;
 	int rc = inspect_elf(path, &f);
 	if (rc < 0) {
-		report(d, check, WARN, NULL, "%s: cannot read it as a 64-bit ELF file (%s)", path,
+		report(d, check, WARN, "run ringprof doctor as the file's owner or as root", "%s: "
+		       "cannot read it as a 64-bit ELF file (%s)", path,
 		       strerror(-rc));
 		return;
 	}
@@ -258,9 +259,11 @@ static const char start_fix[] =
 static void check_daemon(struct doctor *d)
 {
 	struct rp_err err = { 0 };
-	if (rp_client_call(d->client, "GET", "/v1/status", NULL, &d->status, &err) < 0) {
+	int rc = rp_client_call(d->client, "GET", "/v1/status", NULL, &d->status, &err);
+	if (rc < 0) {
 		d->status = NULL;
-		report(d, "daemon", FAIL, start_fix, "%s", err.msg);
+		report(d, "daemon", FAIL, rc == -EACCES ? "see the socket check" : start_fix, "%s",
+		       err.msg);
 		return;
 	}
 	report(d, "daemon", OK, NULL, "ringprofd %s, pid %lld, on %s",
@@ -367,7 +370,8 @@ static void check_bpf(struct doctor *d)
 		       "the sampler cannot load");
 	long paranoid = read_long("/proc/sys/kernel/perf_event_paranoid", -100);
 	if (paranoid == -100)
-		report(d, "perf-paranoid", WARN, NULL, "/proc/sys/kernel/perf_event_paranoid unreadable");
+		report(d, "perf-paranoid", WARN, "mount /proc (the sampler needs it too)",
+		       "/proc/sys/kernel/perf_event_paranoid unreadable");
 	else if (paranoid > 2 && !has_cap(CAP_PERFMON_BIT) && !has_cap(CAP_SYS_ADMIN_BIT))
 		report(d, "perf-paranoid", WARN, "sudo sysctl kernel.perf_event_paranoid=2, or run "
 		       "ringprofd with CAP_PERFMON", "kernel.perf_event_paranoid = %ld: perf events are "
@@ -452,16 +456,26 @@ static void check_pid(struct doctor *d)
 	}
 	fclose(f);
 	if (!n)
-		report(d, "pid", WARN, NULL, "process %ld maps no executable file", d->pid);
+		report(d, "pid", WARN, "give the pid of the process that runs the workload",
+		       "process %ld maps no executable file", d->pid);
 }
 
 /* Free space on a directory the daemon writes, against what it needs. */
 static void check_space(struct doctor *d, const char *check, const char *dir, uint64_t need,
 			const char *need_what)
 {
+	/* A directory not made yet (no session so far) fills its parent. */
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s", dir);
 	struct statvfs vfs;
-	if (statvfs(dir, &vfs) < 0) {
-		report(d, check, WARN, NULL, "%s: %s", dir, strerror(errno));
+	int rc;
+	char *slash;
+	while ((rc = statvfs(path, &vfs)) < 0 && errno == ENOENT && (slash = strrchr(path, '/')) &&
+	       slash != path)
+		*slash = 0;
+	if (rc < 0) {
+		report(d, check, WARN, "make it readable to you, or run ringprof doctor as root",
+		       "%s: %s", path, strerror(errno));
 		return;
 	}
 	uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
@@ -470,7 +484,8 @@ static void check_space(struct doctor *d, const char *check, const char *dir, ui
 	rp_format_size(need, n, sizeof(n));
 	bool low = avail < need || avail < DISK_LOW_BYTES;
 	report(d, check, low ? WARN : OK, "free space there, or lower the budgets (docs/configuration.md)",
-	       "%s: %s free; %s %s", dir, a, need_what, n);
+	       "%s: %s free%s%s; %s %s", dir, a, strcmp(path, dir) ? " on " : "",
+	       strcmp(path, dir) ? path : "", need_what, n);
 }
 
 static void check_disk(struct doctor *d)
