@@ -562,10 +562,13 @@ static int stop_session(struct rp_client *c, const char *id, const struct tree *
 
 int rp_cli_run(int argc, char **argv, const char *socket)
 {
-	struct run_opts o = { .socket = socket, .logdir = "ringprof-sessions" };
+	struct run_opts o = { .socket = socket };
 	int rc = parse_opts(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
+	bool logdir_given = o.logdir != NULL;
+	if (!o.logdir)
+		o.logdir = "ringprof-sessions";
 	char sockbuf[PATH_MAX];
 	if (!o.socket && !(o.socket = rp_default_socket_path(sockbuf, sizeof(sockbuf)))) {
 		fprintf(stderr, "ringprof run: the default socket path is too long: give --socket\n");
@@ -589,6 +592,9 @@ int rp_cli_run(int argc, char **argv, const char *socket)
 		client = NULL;
 		rc = start_private(&priv, o.logdir, &client);
 		o.socket = priv.socket;
+	} else if (rc == 0 && logdir_given) {
+		fprintf(stderr, "ringprof run: ringprofd runs on %s: the session goes to its log "
+				"directory, not --logdir %s\n", o.socket, o.logdir);
 	} else if (rc < 0) {
 		/* There is a daemon, and it refused us (permissions): starting
 		 * another would hide the fix. */

@@ -139,6 +139,26 @@ def test_run_beside_daemon_keeps_only_the_command(daemon, tmp_path):
     # A filter given on the command line replaces the session's own.
     other = daemon.cli("summary", "beside", "--pid", str(burner.pid), check=True).stdout
     assert burner.pid in summary_processes(other), other
+    # The exports the daemon writes at close apply the session's filter too.
+    exported = os.path.join(path, m["host"] + ".json")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(exported):
+        assert time.monotonic() < deadline, os.listdir(path)
+        time.sleep(0.1)
+    samples = json.load(open(exported))["cpu_samples"]
+    assert samples and {s["pid"] for s in samples} <= set(m["filter"]["pids"]), samples[:3]
+
+
+def test_stop_pids_checked(daemon):
+    """The stop request's pids: an array of at most 64 positive integers."""
+    for bad, why in (("4242", "an array"), ([0], "not a process id"), (["x"], "not a process id"),
+                     (list(range(1, 66)), "over the limit of 64")):
+        daemon.ok("POST", "/v1/sessions", {"name": "pids-check"})
+        status, body = daemon.request("POST", "/v1/sessions/pids-check/stop", {"pids": bad})
+        assert status == 400 and why in body["error"]["message"], (bad, body)
+        done = daemon.ok("POST", "/v1/sessions/pids-check/stop", {"pids": [1, 2]})
+        assert done["filter"] == {"pids": [1, 2]}
+        shutil.rmtree(done["path"])
 
 
 def test_run_without_daemon_starts_a_private_one(tmp_path):
