@@ -418,10 +418,12 @@ static void check_python(struct doctor *d)
 	}
 	char extra[PATH_MAX + 128];
 	bool cflags_fp = strstr(lines[1], "-fno-omit-frame-pointer") != NULL;
+	unsigned major = 0, minor = 0;
+	bool perf_maps = sscanf(lines[2], "%u.%u", &major, &minor) == 2 &&
+			 (major > 3 || (major == 3 && minor >= 12));
 	snprintf(extra, sizeof(extra), "; Python %s, CFLAGS %s -fno-omit-frame-pointer%s", lines[2],
-		 cflags_fp ? "with" : "without",
-		 strcmp(lines[2], "3.12") >= 0 || strlen(lines[2]) > 4 ? "; ringprof run names "
-		 "Python frames (PYTHONPERFSUPPORT)" : "");
+		 cflags_fp ? "with" : "without", perf_maps ? "; ringprof run names Python frames "
+		 "(PYTHONPERFSUPPORT)" : "");
 	report_binary(d, "python", lines[3][0] ? lines[3] : lines[0], extra);
 }
 
