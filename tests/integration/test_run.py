@@ -151,14 +151,15 @@ def test_run_beside_daemon_keeps_only_the_command(daemon, tmp_path):
 
 def test_stop_pids_checked(daemon):
     """The stop request's pids: an array of at most 64 positive integers."""
-    for bad, why in (("4242", "an array"), ([0], "not a process id"), (["x"], "not a process id"),
-                     (list(range(1, 66)), "over the limit of 64")):
-        daemon.ok("POST", "/v1/sessions", {"name": "pids-check"})
-        status, body = daemon.request("POST", "/v1/sessions/pids-check/stop", {"pids": bad})
+    for i, (bad, why) in enumerate((("4242", "an array"), ([0], "not a process id"),
+                                    (["x"], "not a process id"),
+                                    (list(range(1, 66)), "over the limit of 64"))):
+        name = f"pids-check-{i}"
+        daemon.ok("POST", "/v1/sessions", {"name": name})
+        status, body = daemon.request("POST", f"/v1/sessions/{name}/stop", {"pids": bad})
         assert status == 400 and why in body["error"]["message"], (bad, body)
-        done = daemon.ok("POST", "/v1/sessions/pids-check/stop", {"pids": [1, 2]})
+        done = daemon.ok("POST", f"/v1/sessions/{name}/stop", {"pids": [1, 2]})
         assert done["filter"] == {"pids": [1, 2]}
-        shutil.rmtree(done["path"])
 
 
 def test_run_without_daemon_starts_a_private_one(tmp_path):
