@@ -31,13 +31,14 @@ static void usage(FILE *out)
 		"freezes windows of it into sessions on request.\n\n"
 		"  --config FILE      read configuration from FILE (default: embedded defaults)\n"
 		"  --socket PATH      control socket (producers use PATH.producers)\n"
-		"  --state-dir DIR    where the ring files live\n"
+		"  --state-dir DIR    where the ring files live, and ringprofd.pid while it serves\n"
 		"  --logdir DIR       where sessions are written (<DIR>/<run>/plugins/profile/<id>)\n"
 		"  --foreground       stay in the foreground (default: detach once ready)\n"
 		"  --print-config     print the effective configuration and exit\n"
 		"  --version          print the version and exit\n"
 		"  -h, --help         show this help\n\n"
-		"Flags override the configuration file. See docs/configuration.md.\n");
+		"Flags override the configuration file. See docs/configuration.md.\n"
+		"Stop it with 'ringprof shutdown' (or SIGTERM to the pid in ringprofd.pid).\n");
 }
 
 static int copy_flag(char *dst, size_t len, const char *value, const char *flag)
