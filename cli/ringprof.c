@@ -2,6 +2,7 @@
  * Exit status: 0 done, 1 the daemon refused or could not be reached,
  * 2 a usage error. */
 #include <errno.h>
+#include <signal.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -16,10 +17,12 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "doctor.h"
 #include "parse.h"
 #include "export.h"
 #include "paths.h"
 #include "reader.h"
+#include "run.h"
 #include "session.h"
 #include "summary.h"
 #include "text.h"
@@ -33,6 +36,8 @@
 #define CAPTURE_GRACE_NS 30000000000ull
 /* Hosts asked at once by snapshot --hosts. */
 #define FANOUT_THREADS 64
+/* How long `shutdown` waits for the daemon to seal its rings and exit. */
+#define SHUTDOWN_WAIT_NS 60000000000ull
 
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
@@ -94,6 +99,16 @@ struct command {
 	int (*run)(const struct command *cmd, struct args *a);
 };
 
+/* Commands that parse their own arguments (argv[0] is the command's name)
+ * and reach the daemon their own way; socket: the global --socket. */
+static const struct {
+	const char *name;
+	int (*main)(int argc, char **argv, const char *socket);
+} own_commands[] = {
+	{ "run", rp_cli_run },
+	{ "doctor", rp_cli_doctor },
+};
+
 static const char global_usage[] =
 	"usage: ringprof [--socket PATH] [--json] COMMAND [OPTIONS]\n"
 	"\n"
@@ -101,6 +116,8 @@ static const char global_usage[] =
 	"session, or record from now on.\n"
 	"\n"
 	"commands:\n"
+	"  run -- CMD profile one command: a session from its start to its exit\n"
+	"  doctor     check this host's set-up, each problem with its fix\n"
 	"  status     the rings: fill, horizon, events, drops; collectors; open sessions\n"
 	"  snapshot   save the last N seconds (--last 30s) as a session\n"
 	"  start      start a session now; prints its id\n"
@@ -110,6 +127,7 @@ static const char global_usage[] =
 	"  summary S  what a session holds\n"
 	"  export S   write a session as XProf, Perfetto, pprof, JSON or summary files\n"
 	"  keep ID    keep a session: retention never deletes it\n"
+	"  shutdown   stop the daemon on the socket (its owner or root)\n"
 	"\n"
 	"options:\n"
 	"  --socket PATH  ringprofd's socket (default %s, from $RINGPROF_SOCKET when set)\n"
@@ -119,7 +137,8 @@ static const char global_usage[] =
 
 static const char short_usage[] =
 	"usage: ringprof [--socket PATH] [--json] COMMAND [OPTIONS]\n"
-	"commands: status, snapshot, start, stop, capture, sessions, summary, export, keep\n"
+	"commands: run, doctor, status, snapshot, start, stop, capture, sessions, summary, export, keep,\n"
+	"          shutdown\n"
 	"Try 'ringprof --help'.\n";
 
 static void print_global_usage(void)
@@ -1008,6 +1027,45 @@ static int cmd_export(const struct command *cmd, struct args *a)
 	return rc;
 }
 
+/* Whether pid runs: it exists and is not a zombie (its parent, say a
+ * test harness, has yet to reap it; it has exited all the same). */
+static bool pid_running(pid_t pid)
+{
+	char path[64], stat[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	bool read = f && fgets(stat, sizeof(stat), f);
+	if (f)
+		fclose(f);
+	const char *end = read ? strrchr(stat, ')') : NULL;
+	return kill(pid, 0) == 0 && !(end && end[1] == ' ' && end[2] == 'Z');
+}
+
+/* POST /v1/shutdown, then waits for the daemon to exit (it seals its
+ * rings first), so that a script may start the next one right after. */
+static int cmd_shutdown(const struct command *cmd, struct args *a)
+{
+	(void)cmd;
+	json_t *r = NULL;
+	int rc = call(a, "POST", "/v1/shutdown", NULL, &r);
+	if (rc)
+		return rc;
+	pid_t pid = (pid_t)jint(r, "pid");
+	json_decref(r);
+	uint64_t deadline = mono_ns() + SHUTDOWN_WAIT_NS;
+	/* The pid as the daemon sees it: in another pid namespace kill()
+	 * finds nothing (ESRCH) and there is nothing to wait for here. */
+	while (pid > 0 && pid_running(pid) && mono_ns() < deadline)
+		usleep(POLL_INTERVAL_MS * 1000);
+	if (pid > 0 && pid_running(pid)) {
+		fprintf(stderr, "ringprof: ringprofd (pid %d) is still sealing its rings after %llus\n",
+			(int)pid, (unsigned long long)(SHUTDOWN_WAIT_NS / 1000000000ull));
+		return EXIT_FAILURE;
+	}
+	printf("ringprofd (pid %d) stopped\n", (int)pid);
+	return EXIT_SUCCESS;
+}
+
 static const struct command commands[] = {
 	{ "status", "", "Show the rings, the collectors (why one does not run) and open sessions.\n\n",
 	  COMMON_OPTS, 0, cmd_status },
@@ -1051,6 +1109,9 @@ static const struct command commands[] = {
 	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },
 	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },
+	{ "shutdown", "", "Stop the daemon on the socket: it seals its rings, removes its socket and\n"
+	  "pidfile and exits; waits until it has.  Only root and the daemon's own user\n"
+	  "may, and only on the Unix socket.\n\n", TEXT_OPTS, 0, cmd_shutdown },
 	{ "summary", "SESSION [--pid PID,...] [--comm NAME]",
 	  "Summarise a session: window, events per device, annotation ranges\n"
 	  "(count, mean, p50, p99, max), counters, instants, drops, the top\n"
@@ -1096,6 +1157,9 @@ int main(int argc, char **argv)
 		return rc;
 	if (optind == argc)
 		return usage_error(NULL, "no command given");
+	for (size_t i = 0; i < sizeof(own_commands) / sizeof(own_commands[0]); i++)
+		if (!strcmp(argv[optind], own_commands[i].name))
+			return own_commands[i].main(argc - optind, argv + optind, a.val[O_SOCKET]);
 	const struct command *cmd = NULL;
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[optind], commands[i].name))

@@ -56,7 +56,7 @@
 
 enum op {
 	OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS,
-	OP_ALERTMANAGER, OP_KEEP,
+	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN,
 };
 
 struct rp_api;
@@ -122,6 +122,8 @@ struct rp_api {
 	bool reaper_started, reaper_stop;
 	struct work work;
 	struct ratelog mhd_log, slow_log;
+	void (*shutdown)(void *ctx);
+	void *shutdown_ctx;
 };
 
 /* Per-request state, from the headers to the completion callback. */
@@ -613,6 +615,44 @@ static int parse_session(const struct rp_api *api, const struct request *rq,
 	return rc;
 }
 
+/* A body with no fields: empty or {}. */
+static int parse_empty(const struct request *rq, const char *resource, struct rp_err *err)
+{
+	static const char *const none[] = { NULL };
+	json_t *obj = NULL;
+	int rc = parse_body(rq, resource, none, &obj, err);
+	json_decref(obj);
+	return rc;
+}
+
+/* POST /v1/sessions/ID/stop: {"pids": [4242, ...]} or nothing. */
+static int parse_stop(const struct request *rq, struct rp_stop_req *req, struct rp_err *err)
+{
+	static const char *const fields[] = { "pids", NULL };
+	json_t *obj = NULL;
+	int rc = parse_body(rq, "POST /v1/sessions/ID/stop", fields, &obj, err);
+	if (rc < 0)
+		return rc;
+	const json_t *pids = json_object_get(obj, "pids"), *v;
+	size_t i;
+	if (pids && !json_is_array(pids))
+		rc = rp_err_set(err, -EINVAL, "pids is %s: send an array of process ids, "
+				"e.g. [4242, 4243]", rp_api_type_name(pids));
+	else if (json_array_size(pids) > RP_API_PIDS_MAX)
+		rc = rp_err_set(err, -EINVAL, "pids holds %zu processes, over the limit of %d: send "
+				"the first %d", json_array_size(pids), RP_API_PIDS_MAX, RP_API_PIDS_MAX);
+	json_array_foreach(pids, i, v) {
+		json_int_t pid = json_integer_value(v);
+		if (rc == 0 && (!json_is_integer(v) || pid < 1 || pid > INT32_MAX))
+			rc = rp_err_set(err, -EINVAL, "pids[%zu] is not a process id: send positive "
+					"integers", i);
+		if (rc == 0)
+			req->pids[req->npids++] = (uint32_t)pid;
+	}
+	json_decref(obj);
+	return rc;
+}
+
 /* ---- routing ---- */
 
 /* The ops a path offers for GET and POST (OP_NONE: method not allowed),
@@ -638,6 +678,8 @@ static bool resolve(const char *url, struct resource *r)
 		r->get = OP_METRICS;
 	} else if (!strcmp(url, "/v1/alertmanager")) {
 		r->post = OP_ALERTMANAGER;
+	} else if (!strcmp(url, "/v1/shutdown")) {
+		r->post = OP_SHUTDOWN;
 	} else if (!strncmp(url, sessions, sizeof(sessions) - 1)) {
 		r->id = url + sizeof(sessions) - 1;
 		const char *slash = strchr(r->id, '/');
@@ -719,12 +761,38 @@ static const char *framing_problem(struct MHD_Connection *c)
 	return NULL;
 }
 
+/* Stopping the daemon is for its owner: only on the Unix socket (not the
+ * TCP API, which any holder of the token reaches from afar), and only for
+ * root or the daemon's own user, not every member of the socket's group.
+ * 0, or -ENOENT (no shutdown hook) / -EPERM with the reason in e. */
+static int shutdown_refusal(const struct listener *l, struct MHD_Connection *c, struct rp_err *e)
+{
+	if (!l->api->shutdown)
+		return rp_err_set(e, -ENOENT, "this ringprofd cannot be stopped through its API: stop it "
+				  "as it was started (systemctl stop ringprofd)");
+	if (l->need_token)
+		return rp_err_set(e, -EPERM, "POST /v1/shutdown is refused over TCP: run 'ringprof "
+				  "shutdown' on the daemon's host, on its Unix socket");
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return rp_err_set(e, -EPERM, "cannot tell who asks to stop the daemon (SO_PEERCRED "
+				  "failed), so it keeps running: stop it as root");
+	if (cred.uid != 0 && cred.uid != geteuid())
+		return rp_err_set(e, -EPERM, "uid %u may not stop this ringprofd: only root and its own "
+				  "user (uid %u) may; ask them, or stop your own daemon on its own socket "
+				  "(--socket)", (unsigned)cred.uid, (unsigned)geteuid());
+	return 0;
+}
+
 /* First call for a request: headers only.  Answers at once what needs no
  * body (bad token, unknown path, wrong method, declared body too big). */
 static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const char *url,
 			     const char *method, struct request *rq, bool *answered)
 {
 	*answered = true;
+	int rc_shutdown;
 	if (l->need_token) {
 		bool ok;
 		enum MHD_Result ret = check_token(l->api, c, rq, &ok);
@@ -735,7 +803,7 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 	struct rp_err e;
 	if (!resolve(url, &r)) {
 		rp_err_set(&e, -ENOENT,
-			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop, /v1/sessions/ID/keep, /v1/alertmanager and /metrics",
+			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop, /v1/sessions/ID/keep, /v1/alertmanager, /v1/shutdown and /metrics",
 			   url);
 		return send_error(rq, MHD_HTTP_NOT_FOUND, e.msg);
 	}
@@ -750,6 +818,9 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 		rp_err_set(&e, -EINVAL, "%.16s is not allowed on %.200s: use %s", method, url, allow);
 		return send_error_with(rq, MHD_HTTP_METHOD_NOT_ALLOWED, e.msg, MHD_HTTP_HEADER_ALLOW, allow);
 	}
+	if (rq->op == OP_SHUTDOWN && (rc_shutdown = shutdown_refusal(l, c, &e)) != 0)
+		return send_error(rq, rc_shutdown == -ENOENT ? MHD_HTTP_NOT_FOUND : MHD_HTTP_FORBIDDEN,
+				  e.msg);
 	const char *framing = framing_problem(c);
 	if (framing)
 		return send_error(rq, MHD_HTTP_BAD_REQUEST, framing);
@@ -801,19 +872,33 @@ static enum MHD_Result dispatch(struct rp_api *api, struct request *rq)
 		if (rc == 0)
 			rc = ops->session_get(api->ctx, rq->id, &out, &err);
 		return reply(rq, rc, out, &err, MHD_HTTP_OK);
-	case OP_STOP:
-	case OP_KEEP: {
-		static const char *const none[] = { NULL };
-		bool stop = rq->op == OP_STOP;
-		json_t *body = NULL;
-		rc = parse_body(rq, stop ? "POST /v1/sessions/ID/stop" : "POST /v1/sessions/ID/keep",
-				none, &body, &err);
-		json_decref(body);
+	case OP_STOP: {
+		struct rp_stop_req req = { 0 };
+		rc = parse_stop(rq, &req, &err);
 		if (rc == 0)
 			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
 		if (rc == 0)
-			rc = (stop ? ops->session_stop : ops->session_keep)(api->ctx, rq->id, &out, &err);
+			rc = ops->session_stop(api->ctx, rq->id, &req, &out, &err);
 		return reply(rq, rc, out, &err, MHD_HTTP_OK);
+	}
+	case OP_KEEP:
+		rc = parse_empty(rq, "POST /v1/sessions/ID/keep", &err);
+		if (rc == 0)
+			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
+		if (rc == 0)
+			rc = ops->session_keep(api->ctx, rq->id, &out, &err);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
+	case OP_SHUTDOWN: {
+		rc = parse_empty(rq, "POST /v1/shutdown", &err);
+		if (rc < 0)
+			return reply(rq, rc, NULL, &err, MHD_HTTP_OK);
+		enum MHD_Result ret = send_json_with(rq, MHD_HTTP_ACCEPTED,
+						     json_pack("{s:b, s:I}", "stopping", 1, "pid",
+							       (json_int_t)getpid()), NULL, NULL);
+		/* The answer is queued: rp_api_stop, on the way out, waits for it. */
+		fprintf(stderr, "ringprofd: shutdown requested through the API\n");
+		api->shutdown(api->shutdown_ctx);
+		return ret;
 	}
 	case OP_SNAPSHOT: {
 		struct rp_snapshot_req req = { 0 };
@@ -1391,6 +1476,8 @@ int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops, v
 							    : RP_API_MAX_CONNECTIONS_PER_PEER;
 	api->max_requests = opts->max_requests ? opts->max_requests : RP_API_MAX_REQUESTS;
 	api->max_snapshots = opts->max_snapshots ? opts->max_snapshots : RP_API_MAX_SNAPSHOTS;
+	api->shutdown = opts->shutdown;
+	api->shutdown_ctx = opts->shutdown_ctx;
 	api->header_timeout_ns = opts->header_timeout_ns ? opts->header_timeout_ns
 							 : RP_API_HEADER_TIMEOUT_NS;
 	pthread_mutex_init(&api->lock, NULL);

@@ -26,6 +26,15 @@ struct rp_snapshot_req {
 	char source[32];           /* "api", or X-Ringprof-Client: cli, library, python */
 };
 
+/* POST /v1/sessions/ID/stop: the processes whose events the session keeps
+ * (its "filter" in the manifest; none: every process).  As many as a
+ * reader's filter holds (RP_FILTER_MAX, storage/reader.h). */
+#define RP_API_PIDS_MAX 64
+struct rp_stop_req {
+	uint32_t pids[RP_API_PIDS_MAX];
+	unsigned npids;
+};
+
 struct rp_session_req {
 	uint64_t duration_ns;      /* 0: open until stopped; else a capture */
 	unsigned cpu_sample_hz;    /* 0: the configured rate; else 1..RP_CPU_SAMPLE_HZ_MAX */
@@ -45,7 +54,8 @@ struct rp_api_ops {
 			struct rp_err *err);
 	int (*session_start)(void *ctx, const struct rp_session_req *req, json_t **out,
 			     struct rp_err *err);
-	int (*session_stop)(void *ctx, const char *id, json_t **out, struct rp_err *err);
+	int (*session_stop)(void *ctx, const char *id, const struct rp_stop_req *req, json_t **out,
+			    struct rp_err *err);
 	/* Marks the session kept: retention never deletes it. */
 	int (*session_keep)(void *ctx, const char *id, json_t **out, struct rp_err *err);
 	int (*session_list)(void *ctx, json_t **out, struct rp_err *err);
@@ -72,6 +82,10 @@ struct rp_api_opts {
 	uint64_t header_timeout_ns;
 	unsigned max_requests;
 	unsigned max_snapshots;
+	/* POST /v1/shutdown (Unix socket, root or the daemon's own user):
+	 * called once the answer is queued; NULL: the route answers 404. */
+	void (*shutdown)(void *ctx);
+	void *shutdown_ctx;
 };
 
 struct rp_api;

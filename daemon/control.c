@@ -764,14 +764,18 @@ static json_t *load_manifest(struct rp_control *c, const char *id)
 	return l.found;
 }
 
-static int op_session_stop(void *ctx, const char *id, json_t **out, struct rp_err *err)
+static int op_session_stop(void *ctx, const char *id, const struct rp_stop_req *req,
+			   json_t **out, struct rp_err *err)
 {
 	struct rp_control *c = ctx;
 	pthread_mutex_lock(&c->lock);
 	struct open_session *o = find_open(c, id);
 	bool open = o != NULL;
 	int rc = 0;
-	if (open) {
+	if (open && req->npids && rp_session_set_pids(o->s, req->pids, req->npids) < 0)
+		rc = rp_err_set(err, -ENOMEM, "out of memory for the pids of session %s: stop it "
+				"again", id);
+	else if (open) {
 		uint64_t now = rp_clock_now_ns();
 		rc = finish_session(c, o, o->due_ns && o->due_ns < now ? o->due_ns : now, out, err);
 	}
@@ -972,12 +976,13 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 				      "refused", (json_int_t)ps.refused,
 				      "quarantined_ring_files", (json_int_t)ps.quarantined);
 	uint64_t now = rp_clock_now_ns();
-	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:o, s:o, s:o, s:o}",
+	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:o}",
 			 "version", VERSION, "pid", (int)getpid(), "host", c->host,
 			 "uptime_s", (double)(now - c->started_ns) / 1e9,
 			 "clock", "CLOCK_MONOTONIC", "now_ns", (json_int_t)now,
 			 "wall_offset_ns", (json_int_t)rp_clock_wall_offset_ns(),
 			 "state_dir", c->cfg->state_dir, "logdir", c->cfg->logdir,
+			 "sessions_max_bytes", (json_int_t)c->cfg->sessions_max_bytes,
 			 "rings", rings, "collectors", collectors, "open_sessions", open,
 			 "producers", producers);
 	return *out ? 0 : -ENOMEM;

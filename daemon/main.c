@@ -19,6 +19,7 @@
 #include "producers.h"
 #include "rings.h"
 #include "rules.h"
+#include "safefs.h"
 
 #define VERSION "0.1.0"
 
@@ -30,13 +31,14 @@ static void usage(FILE *out)
 		"freezes windows of it into sessions on request.\n\n"
 		"  --config FILE      read configuration from FILE (default: embedded defaults)\n"
 		"  --socket PATH      control socket (producers use PATH.producers)\n"
-		"  --state-dir DIR    where the ring files live\n"
+		"  --state-dir DIR    where the ring files live, and ringprofd.pid while it serves\n"
 		"  --logdir DIR       where sessions are written (<DIR>/<run>/plugins/profile/<id>)\n"
 		"  --foreground       stay in the foreground (default: detach once ready)\n"
 		"  --print-config     print the effective configuration and exit\n"
 		"  --version          print the version and exit\n"
 		"  -h, --help         show this help\n\n"
-		"Flags override the configuration file. See docs/configuration.md.\n");
+		"Flags override the configuration file. See docs/configuration.md.\n"
+		"Stop it with 'ringprof shutdown' (or SIGTERM to the pid in ringprofd.pid).\n");
 }
 
 static int copy_flag(char *dst, size_t len, const char *value, const char *flag)
@@ -80,6 +82,59 @@ static int api_alive(void *socket_path, uint64_t timeout_ns, struct rp_err *err)
 	int rc = api_status(socket_path, timeout_ns, &st, err);
 	json_decref(st);
 	return rc;
+}
+
+/* POST /v1/shutdown: the same way out as SIGTERM (the signal loop below). */
+static void request_shutdown(void *ctx)
+{
+	(void)ctx;
+	(void)kill(getpid(), SIGTERM);
+}
+
+#define PIDFILE "ringprofd.pid"
+
+/* <state_dir>/ringprofd.pid, so that scripts stop this daemon and not
+ * another user's (ringprof shutdown, or kill $(cat ...)).  Written under a
+ * temporary name with O_EXCL | O_NOFOLLOW and renamed into place (safefs.h):
+ * a link planted there is replaced, never written through; a leftover of a
+ * daemon that was killed is replaced too (the API refused to start beside a
+ * live one). */
+static int write_pidfile(const char *state_dir, struct rp_err *err)
+{
+	int dirfd = rp_safefs_open_root(state_dir, 0700, false, err);
+	if (dirfd < 0)
+		return dirfd;
+	struct rp_safefs_tmp t;
+	int rc = rp_safefs_tmp_open(dirfd, PIDFILE, 0644, &t, state_dir, err);
+	if (rc == 0) {
+		char text[24];
+		int n = snprintf(text, sizeof(text), "%ld\n", (long)getpid());
+		if (write(t.fd, text, (size_t)n) != n) {
+			rc = rp_err_set(err, -errno, "cannot write %s/" PIDFILE ": %s", state_dir,
+					strerror(errno));
+			rp_safefs_tmp_discard(&t);
+		} else {
+			rc = rp_safefs_tmp_publish(&t, PIDFILE, state_dir, err);
+		}
+	}
+	close(dirfd);
+	return rc;
+}
+
+/* Removes the pidfile if it still names this process. */
+static void remove_pidfile(const char *state_dir)
+{
+	struct rp_err err = { 0 };
+	int dirfd = rp_safefs_open_root(state_dir, 0700, false, &err);
+	if (dirfd < 0)
+		return;
+	char *text = NULL;
+	size_t len;
+	if (rp_safefs_read(dirfd, PIDFILE, 64, &text, &len, state_dir, &err) == 0 &&
+	    strtol(text, NULL, 10) == (long)getpid())
+		(void)unlinkat(dirfd, PIDFILE, 0);
+	free(text);
+	close(dirfd);
 }
 
 /* Without --foreground: fork once set-up succeeded, so the shell gets an
@@ -194,6 +249,7 @@ int main(int argc, char **argv)
 		.header_timeout_ns = cfg.api_header_timeout_ns,
 		.max_requests = cfg.api_max_requests,
 		.max_snapshots = cfg.api_max_snapshots,
+		.shutdown = request_shutdown,
 	};
 	/* The rules watch what the ingest thread drains: they outlive the rings. */
 	int rc = rp_rules_new(cfg.rules, cfg.nrules, &rules, &err);
@@ -224,6 +280,10 @@ int main(int argc, char **argv)
 		};
 		rc = rp_notify_start(&notify_opts, &notify, &err);
 	}
+	struct rp_err pid_err = { 0 };
+	bool pidfile = rc == 0 && write_pidfile(cfg.state_dir, &pid_err) == 0;
+	if (rc == 0 && !pidfile) /* it still serves: ringprof shutdown needs no pidfile */
+		fprintf(stderr, "ringprofd: no pidfile: %s\n", pid_err.msg);
 	if (rc < 0) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 	} else {
@@ -255,6 +315,8 @@ int main(int argc, char **argv)
 	}
 	rp_notify_stop(notify);
 	rp_api_stop(api);
+	if (pidfile)
+		remove_pidfile(cfg.state_dir);
 	rp_producers_stop(producers);
 	rp_control_free(control);
 	rp_rings_stop(rings);

@@ -47,4 +47,4 @@ echo "Perfetto: $path/*.pftrace at https://ui.perfetto.dev"
 echo "pprof:    go tool pprof -top $path/*.cpu.pb.gz"
 echo "scripts:  $path/*.json"
 echo
-echo "ringprofd keeps running (ringprof status); stop it with: pkill -TERM ringprofd"
+echo "ringprofd keeps running ($ringprof status); stop it with: $ringprof shutdown"

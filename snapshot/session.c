@@ -97,6 +97,7 @@ struct rp_session {
 	uint64_t touched_ns;      /* CLOCK_MONOTONIC of the marker's last touch */
 	json_t *trigger_extra;
 	json_t *exports;          /* format name: its export's state */
+	json_t *filter;           /* {"pids": [...]} or NULL */
 	enum rp_session_kind kind;
 	enum rp_session_state state;
 	bool manifest_written;
@@ -1128,6 +1129,8 @@ static json_t *session_json(const struct rp_session *s, bool manifest)
 	json_object_set_new(trigger, "reason", s->reason ? json_string(s->reason) : json_null());
 	json_object_set_new(trigger, "created_wall_ns", json_integer(s->created_wall_ns));
 	json_object_set_new(o, "trigger", trigger);
+	if (s->filter)
+		json_object_set(o, "filter", s->filter);
 	if (s->state == RP_SESSION_FAILED)
 		json_object_set_new(o, "error", json_string(s->error.msg));
 	/* Only a complete session gets exported. */
@@ -1208,6 +1211,22 @@ int rp_session_close(struct rp_session *s, uint64_t end_ns, struct rp_err *err)
 	return s->error.code;
 }
 
+int rp_session_set_pids(struct rp_session *s, const uint32_t *pids, size_t n)
+{
+	json_t *f = json_object(), *list = json_array();
+	bool ok = f && list && json_object_set(f, "pids", list) == 0;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = json_array_append_new(list, json_integer(pids[i])) == 0;
+	json_decref(list);
+	if (!ok) {
+		json_decref(f);
+		return -ENOMEM;
+	}
+	json_decref(s->filter);
+	s->filter = f;
+	return 0;
+}
+
 const char *rp_session_name(const struct rp_session *s) { return s->id; }
 const char *rp_session_path(const struct rp_session *s) { return s->path; }
 enum rp_session_state rp_session_state_of(const struct rp_session *s) { return s->state; }
@@ -1233,6 +1252,7 @@ void rp_session_free(struct rp_session *s)
 	rp_chunk_reader_free(s->reader);
 	json_decref(s->trigger_extra);
 	json_decref(s->exports);
+	json_decref(s->filter);
 	pthread_mutex_destroy(&s->lock);
 	free(s->id);
 	free(s->run);

@@ -83,6 +83,11 @@ int rp_session_add_ring(struct rp_session *s, const char *device,
 /* Copy chunks sealed since the last pump, and chunks the pins saved;
  * keeps the .open marker fresh. */
 int rp_session_pump(struct rp_session *s, struct rp_err *err);
+/* The processes whose events the session is about (ringprof run's
+ * process tree): written to the manifest as "filter": {"pids": [...]},
+ * which exports and summaries of the session apply.  Before close;
+ * -ENOMEM. */
+int rp_session_set_pids(struct rp_session *s, const uint32_t *pids, size_t n);
 /* Last pump for the window ending at end_ns (the caller has flushed the
  * drains up to then), unpin, write <host>.manifest.json and remove the
  * .open marker.  The state becomes COMPLETE, or FAILED with the error in

@@ -492,8 +492,26 @@ static int by_pid(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The session's own filter, the manifest's "filter": {"pids": [...]}
+ * (ringprof run's process tree), into own; NULL when it has none. */
+static const struct rp_reader_filter *session_filter(const struct rp_reader *r,
+						     struct rp_reader_filter *own)
+{
+	const json_t *pids = json_object_get(json_object_get(r->manifest, "filter"), "pids"), *v;
+	size_t i;
+	*own = (struct rp_reader_filter){ 0 };
+	json_array_foreach(pids, i, v)
+		if (json_is_integer(v) && json_integer_value(v) > 0 &&
+		    json_integer_value(v) <= UINT32_MAX && own->npids < RP_FILTER_MAX)
+			own->pids[own->npids++] = (uint32_t)json_integer_value(v);
+	return own->npids ? own : NULL;
+}
+
 int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f)
 {
+	struct rp_reader_filter own;
+	if (!f || !(f->npids || f->ncomms))
+		f = session_filter(r, &own);
 	free(r->keep);
 	r->keep = NULL;
 	r->nkeep = 0;

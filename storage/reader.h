@@ -81,8 +81,9 @@ int rp_reader_filter_add_comm(struct rp_reader_filter *f, const char *name, stru
 /* f in words for a header, "pid 4242, comm trainer"; "" for no filter. */
 const char *rp_reader_filter_text(const struct rp_reader_filter *f, char *buf, size_t len);
 
-/* From now on rp_reader_each hands on only what f lets pass (NULL: all;
- * copied).  Names match the processes whose recorded name is one of
+/* From now on rp_reader_each hands on only what f lets pass (NULL or
+ * empty: the session's own filter, the manifest's "filter" that ringprof
+ * run records, else all; copied).  Names match the processes whose recorded name is one of
  * them.  -ENOMEM. */
 int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f);
 /* The filter in force: NULL when none; *pids (sorted) and the count

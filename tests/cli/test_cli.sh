@@ -143,6 +143,13 @@ run --help
 expect_rc 0 "--help"
 expect_out "usage: ringprof" "--help"
 expect_out "capture" "--help"
+for c in run doctor shutdown; do expect_out "  $c " "--help lists $c"; done
+run run --help
+expect_rc 0 "run --help"
+expect_out "--no-python-perf" "run --help"
+run doctor --help
+expect_rc 0 "doctor --help"
+expect_out "--json" "doctor --help"
 run snapshot -h
 expect_rc 0 "snapshot -h"
 expect_out "--last DURATION" "snapshot -h"
@@ -245,6 +252,11 @@ run export "$tmp"
 expect_rc 1 "export of a directory without manifests"
 expect_err "no readable <host>.manifest.json" "export of a directory without manifests"
 [[ -z $(find "$tmp" -name '*.tmp*') ]] || fail "export left a temporary file"
+
+# A daemon without a shutdown hook (the fake) says how to stop it instead.
+run shutdown
+expect_rc 1 "shutdown without a hook"
+expect_err "cannot be stopped through its API" "shutdown without a hook"
 
 # A clean shutdown (under ASan this also checks the API for leaks).
 kill -TERM $daemon

@@ -55,6 +55,13 @@ static int op_id(void *ctx, const char *id, json_t **out, struct rp_err *err)
 	return canned(out, err);
 }
 
+static int op_stop(void *ctx, const char *id, const struct rp_stop_req *req, json_t **out,
+		   struct rp_err *err)
+{
+	(void)req;
+	return op_id(ctx, id, out, err);
+}
+
 static int op_metrics(void *ctx, char **text, struct rp_err *err)
 {
 	(void)ctx;
@@ -74,7 +81,7 @@ static const struct rp_api_ops ops = {
 	.status = op_status,
 	.snapshot = op_snapshot,
 	.session_start = op_start,
-	.session_stop = op_id,
+	.session_stop = op_stop,
 	.session_keep = op_id,
 	.session_list = op_status,
 	.session_get = op_id,

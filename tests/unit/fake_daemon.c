@@ -168,8 +168,10 @@ static int op_start(void *ctx, const struct rp_session_req *req, json_t **out, s
 	return s ? 0 : rp_err_set(err, -EAGAIN, "too many sessions in the fake daemon");
 }
 
-static int op_stop(void *ctx, const char *id, json_t **out, struct rp_err *err)
+static int op_stop(void *ctx, const char *id, const struct rp_stop_req *req, json_t **out,
+		   struct rp_err *err)
 {
+	(void)req;
 	struct fake *f = ctx;
 	pthread_mutex_lock(&f->lock);
 	struct session *s = find(f, id, err);

@@ -99,8 +99,10 @@ static int record_id(struct fake *f, const char *id, const char *doc, json_t **o
 	return finish(f, doc, out, err);
 }
 
-static int fake_stop(void *ctx, const char *id, json_t **out, struct rp_err *err)
+static int fake_stop(void *ctx, const char *id, const struct rp_stop_req *req, json_t **out,
+		     struct rp_err *err)
 {
+	(void)req;
 	return record_id(ctx, id, "{\"state\": \"complete\"}", out, err);
 }
 
@@ -441,7 +443,9 @@ static void test_body_shape(void **state)
 	expect_400(fx, "/v1/sessions", "{\"last\": \"30s\"}", "unknown field 'last'", "duration", NULL);
 	expect_400(fx, "/v1/snapshot", "[1, 2]", "an array", "JSON object", NULL);
 	expect_400(fx, "/v1/snapshot", "\"30s\"", "a string", NULL);
-	expect_400(fx, "/v1/sessions/abc/stop", "{\"now\": true}", "unknown field 'now'", "no fields", NULL);
+	expect_400(fx, "/v1/sessions/abc/stop", "{\"now\": true}", "unknown field 'now'",
+		   "the fields are pids", NULL);
+	expect_400(fx, "/v1/sessions/abc/stop", "{\"pids\": [-1]}", "pids[0] is not a process id", NULL);
 	expect_400(fx, "/v1/sessions/abc/keep", "{\"why\": 1}", "unknown field 'why'",
 		   "POST /v1/sessions/ID/keep", "no fields", NULL);
 
