@@ -265,6 +265,10 @@ int main(int argc, char **argv)
 		rc = rp_api_start(&api_opts, &rp_control_ops, control, &api, &err);
 	if (rc == 0)
 		rc = rp_producers_start(&cfg, rings, &producers, &err);
+	struct rp_err pid_err = { 0 };
+	bool pidfile = rc == 0 && write_pidfile(cfg.state_dir, &pid_err) == 0;
+	if (rc == 0 && !pidfile) /* it still serves: ringprof shutdown needs no pidfile */
+		fprintf(stderr, "ringprofd: no pidfile: %s\n", pid_err.msg);
 	/* The watchdog pings only while each of these makes progress; the
 	 * ingest check last: it blocks while its thread is stuck.  Borrowed
 	 * by the notifier until it stops. */
@@ -280,10 +284,6 @@ int main(int argc, char **argv)
 		};
 		rc = rp_notify_start(&notify_opts, &notify, &err);
 	}
-	struct rp_err pid_err = { 0 };
-	bool pidfile = rc == 0 && write_pidfile(cfg.state_dir, &pid_err) == 0;
-	if (rc == 0 && !pidfile) /* it still serves: ringprof shutdown needs no pidfile */
-		fprintf(stderr, "ringprofd: no pidfile: %s\n", pid_err.msg);
 	if (rc < 0) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 	} else {
@@ -295,7 +295,7 @@ int main(int argc, char **argv)
 			char log[PATH_MAX + 16];
 			snprintf(log, sizeof(log), "%s/ringprofd.log", cfg.state_dir);
 			int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-			int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+			int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0640);
 			fprintf(stderr, "ringprofd: detached, logging to %s\n", log);
 			dup2(null, STDIN_FILENO);
 			dup2(null, STDOUT_FILENO);

@@ -239,6 +239,9 @@ def test_pidfile_and_shutdown(tmp_path):
     os.symlink(victim, os.path.join(d.state_dir, "ringprofd.pid"))
     d.start()
     pidfile = os.path.join(d.state_dir, "ringprofd.pid")
+    deadline = time.monotonic() + 5  # written just after the producer socket
+    while os.path.islink(pidfile) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not os.path.islink(pidfile)
     assert int(open(pidfile).read()) == d.proc.pid
     assert victim.read_text() == "keep me\n"
