@@ -2,6 +2,7 @@
  * Exit status: 0 done, 1 the daemon refused or could not be reached,
  * 2 a usage error. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -942,13 +943,46 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
+/* "wrote PATH (SIZE)" for an export written, the size as stat sees it. */
+static void print_file(const char *dir, const char *file, const struct stat *st)
+{
+	char size[32];
+	rp_format_size((uint64_t)st->st_size, size, sizeof(size));
+	printf("wrote %s%s%s (%s)\n", dir ? shown(dir) : "", dir ? "/" : "", shown(file), size);
+}
+
+static int print_written(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		fprintf(stderr, "ringprof: %s was written but cannot be read back: %s\n",
+			shown(path), strerror(errno));
+		return EXIT_FAILURE;
+	}
+	print_file(NULL, path, &st);
+	return EXIT_SUCCESS;
+}
+
+/* rp_export_opts.progress of `export` into the session directory: each
+ * file written, as it is. */
+static bool print_export(void *ctx, const char *host, enum rp_export_format f, int dirfd,
+			 const char *file, const struct rp_err *err)
+{
+	struct stat st;
+	(void)host;
+	(void)f;
+	if (!err && fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		print_file(ctx, file, &st);
+	return true;
+}
+
 /* With -o, one format of one host's part to that path; without, every
  * format asked for, of every host (or --host), into the session
  * directory as <host><suffix>. */
 static int cmd_export(const struct command *cmd, struct args *a)
 {
 	struct rp_err err = { 0 };
-	unsigned mask = RP_EXPORT_ALL;
+	unsigned mask = RP_EXPORT_DEFAULT;
 	if (a->val[O_FORMAT] && rp_export_parse_formats(a->val[O_FORMAT], &mask, &err) < 0)
 		return usage_error(cmd, "--format: %s", err.msg);
 	if (!mask)
@@ -966,12 +1000,14 @@ static int cmd_export(const struct command *cmd, struct args *a)
 				   "one --format), so that the session's own exports stay whole");
 	if (out && (mask & (mask - 1)))
 		return usage_error(cmd, "-o writes one file: give one --format (xplane, perfetto, "
-				   "pprof, json or summary)");
+				   "pprof, json, summary, flamegraph or folded)");
 	char dir[4096];
 	int rc = session_dir(cmd, a, dir, sizeof(dir));
 	if (rc >= 0)
 		return rc;
 	if (!out) {
+		opts.progress = print_export;
+		opts.progress_ctx = dir;
 		if (rp_export_session(dir, a->val[O_HOST], mask, &opts, &err) < 0) {
 			fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 			return EXIT_FAILURE;
@@ -1003,7 +1039,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 				&opts, &err) < 0)
 		fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 	else
-		rc = EXIT_SUCCESS;
+		rc = print_written(out);
 	json_decref(all);
 	return rc;
 }
@@ -1070,10 +1106,15 @@ static const struct command commands[] = {
 	  "  pprof     <host>.cpu.pb.gz: go tool pprof (CPU samples)\n"
 	  "  json      <host>.json: trace events, counters, CPU samples for scripts\n"
 	  "  summary   <host>.summary.txt: what 'ringprof summary' prints\n"
-	  "Frames are symbolized here: run it on the recording host (as root for\n"
+	  "  flamegraph <host>.flamegraph.svg: CPU samples as an interactive flame\n"
+	  "            graph (a browser opens it; click to zoom, Search)\n"
+	  "  folded    <host>.folded: CPU samples as collapsed stacks for\n"
+	  "            flamegraph.pl, inferno, speedscope\n"
+	  "Prints each file written with its size.  Frames are symbolized here: run it on the recording host (as root for\n"
 	  "kernel names); C++ names are demangled.  SESSION is a session id or a\n"
 	  "session directory.\n\n"
-	  "  --format F,...    formats to write (default: all)\n"
+	  "  --format F,...    formats to write, or all (default: all but flamegraph\n"
+	  "                    and folded)\n"
 	  "  -o, --output PATH write one format to PATH instead of the session\n"
 	  "                    directory (for a session several hosts wrote, with --host)\n"
 	  "  --host H          only host H's part\n"
