@@ -32,13 +32,16 @@
 #define POLL_INTERVAL_MS 100
 /* How long past its duration a capture may take to complete. */
 #define CAPTURE_GRACE_NS 30000000000ull
+/* How long --wait waits for a session's exports by default. */
+#define WAIT_TIMEOUT_DEFAULT "60s"
 /* Hosts asked at once by snapshot --hosts. */
 #define FANOUT_THREADS 64
 
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, O_PID, O_COMM, N_OPTS
+	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, O_PID, O_COMM,
+	O_WAIT, O_WAIT_TIMEOUT, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -63,6 +66,8 @@ static const struct option all_options[N_OPTS] = {
 	[O_GROUP] = { "group", required_argument, NULL, OPT_BASE + O_GROUP },
 	[O_PID] = { "pid", required_argument, NULL, OPT_BASE + O_PID },
 	[O_COMM] = { "comm", required_argument, NULL, OPT_BASE + O_COMM },
+	[O_WAIT] = { "wait", no_argument, NULL, OPT_BASE + O_WAIT },
+	[O_WAIT_TIMEOUT] = { "wait-timeout", required_argument, NULL, OPT_BASE + O_WAIT_TIMEOUT },
 };
 
 #define BIT(o) (1u << (o))
@@ -73,6 +78,13 @@ static const struct option all_options[N_OPTS] = {
 #define SESSION_OPTS (NAMING_OPTS | BIT(O_CPU_HZ))
 /* Looking at one job: may be given more than once. */
 #define FILTER_OPTS (BIT(O_PID) | BIT(O_COMM))
+/* Waiting for the session's exports (snapshot, stop, capture). */
+#define WAIT_OPTS (BIT(O_WAIT) | BIT(O_WAIT_TIMEOUT))
+#define WAIT_HELP \
+	"  --wait            return once the session's exports ([sessions] exports\n" \
+	"                    of the daemon) are written or failed; print each file\n" \
+	"                    with its size; exit 1 when one failed\n" \
+	"  --wait-timeout D  give up waiting after D (default " WAIT_TIMEOUT_DEFAULT "; exit 1)\n"
 #define FILTER_HELP \
 	"  --pid PID,...     only these processes' events (CPU samples, ranges,\n" \
 	"                    GPU work); host-wide counters stay.  Repeatable\n" \
@@ -84,6 +96,7 @@ struct args {
 	char **pos;               /* positional arguments */
 	int npos;
 	struct rp_client *client;
+	uint64_t wait_ns;         /* --wait-timeout, with --wait */
 };
 
 struct command {
@@ -547,10 +560,129 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
-/* Prints a session answer (or its JSON) and frees it. */
-static int show_session(const struct args *a, json_t *s)
+/* ---- waiting for exports (--wait) ---- */
+
+static uint64_t mono_ns(void)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --wait and --wait-timeout into a->wait_ns; -1 to go on, else the exit
+ * status. */
+static int check_wait(const struct command *cmd, struct args *a)
+{
+	struct rp_err err = { 0 };
+	if (a->val[O_WAIT_TIMEOUT] && !a->val[O_WAIT])
+		return usage_error(cmd, "--wait-timeout goes with --wait");
+	if (a->val[O_WAIT] && rp_parse_duration(a->val[O_WAIT_TIMEOUT] ? a->val[O_WAIT_TIMEOUT] :
+						WAIT_TIMEOUT_DEFAULT, &a->wait_ns, &err) < 0)
+		return bad_value(cmd, "--wait-timeout", &err);
+	return -1;
+}
+
+/* What session s still has to come, in words into buf; false when
+ * nothing: it is closed and none of its exports is pending. */
+static bool exports_pending(const json_t *s, char *buf, size_t len)
+{
+	size_t n = 0;
+	const char *f;
+	json_t *st;
+	buf[0] = '\0';
+	if (!strcmp(jstr(s, "state"), "open")) {
+		snprintf(buf, len, "the session is still open");
+		return true;
+	}
+	json_object_foreach(json_object_get(s, "exports"), f, st)
+		if (!strcmp(jstr(st, "state"), "pending") && n < len) {
+			int w = snprintf(buf + n, len - n, "%s%s", n ? ", " : "the exports ", f);
+			n += w > 0 ? (size_t)w : 0;
+		}
+	return buf[0] != '\0';
+}
+
+/* Polls the daemon (client) for session *s until its exports are all
+ * written or failed, replacing *s with each answer: polling, not a
+ * request held open in the daemon, whose API workers are few.  -ETIMEDOUT
+ * after timeout_ns, naming what is pending. */
+static int await_exports(struct rp_client *client, json_t **s, uint64_t timeout_ns,
+			 struct rp_err *err)
+{
+	char path[128], pending[256];
+	const char *id = jstr(*s, "id");
+	if (rp_check_name(id, NAME_MAX_LEN, "session id", err) < 0)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "/v1/sessions/%s", id);
+	uint64_t deadline = mono_ns() + timeout_ns;
+	while (exports_pending(*s, pending, sizeof(pending))) {
+		if (mono_ns() >= deadline) {
+			char d[32];
+			rp_format_duration(timeout_ns, d, sizeof(d));
+			return rp_err_set(err, -ETIMEDOUT, "session %s: %s still pending after %s: the "
+					  "daemon exports sessions one at a time, in the order they "
+					  "closed (ringprof_exports_queued in /metrics); wait longer "
+					  "with --wait-timeout", id, pending, d);
+		}
+		usleep(POLL_INTERVAL_MS * 1000);
+		json_t *next = NULL;
+		int rc = rp_client_call(client, "GET", path, NULL, &next, err);
+		if (rc < 0)
+			return rc;
+		json_decref(*s);
+		*s = next;
+	}
+	return 0;
+}
+
+/* "wrote PATH (SIZE)": an export written, with its size. */
+static void print_file(const char *dir, const char *file, uint64_t bytes)
+{
+	char size[32];
+	rp_format_size(bytes, size, sizeof(size));
+	printf("wrote %s%s%s (%s)\n", dir ? shown(dir) : "", dir ? "/" : "", shown(file), size);
+}
+
+/* Session s's exports as they stand: each file written (text: on
+ * stdout), each failure on stderr with the command that retries it.
+ * Returns the number failed. */
+static size_t print_exports(const json_t *s, bool text)
+{
+	char host[256], file[300];
+	size_t failed = 0;
+	const char *f;
+	json_t *st;
+	snprintf(host, sizeof(host), "%s", jstr(s, "host"));
+	rp_session_file_host(host);
+	json_object_foreach(json_object_get(s, "exports"), f, st) {
+		unsigned mask = 0;
+		struct rp_err err = { 0 };
+		bool known = rp_export_parse_formats(f, &mask, &err) == 0 && mask && !(mask & (mask - 1));
+		snprintf(file, sizeof(file), "%s%s", host,
+			 known ? rp_export_suffix((enum rp_export_format)__builtin_ctz(mask)) : "");
+		if (!strcmp(jstr(st, "state"), "written") && text) {
+			print_file(jstr(s, "path"), file, (uint64_t)jint(st, "bytes"));
+		} else if (!strcmp(jstr(st, "state"), "failed")) {
+			failed++;
+			fprintf(stderr, "ringprof: the %s export of session %s failed: %s (retry: "
+				"ringprof export %s --format %s)\n", shown(f), jtext(s, "id"),
+				jtext(st, "error"), jtext(s, "path"), shown(f));
+		}
+	}
+	return failed;
+}
+
+/* Prints a session answer (or its JSON) and frees it; with --wait, once
+ * its exports are done, and then those. */
+static int show_session(struct args *a, json_t *s)
+{
+	struct rp_err err = { 0 };
+	int waited = a->val[O_WAIT] ? await_exports(a->client, &s, a->wait_ns, &err) : 0;
 	int rc = a->val[O_JSON] ? print_json(s) : print_session(s);
+	if (waited < 0)
+		rc = daemon_error(&err);
+	else if (a->val[O_WAIT] && print_exports(s, !a->val[O_JSON]))
+		rc = EXIT_FAILURE;
 	json_decref(s);
 	return rc;
 }
@@ -569,6 +701,7 @@ struct fanout {
 	struct host_call *calls;
 	size_t n;
 	const char *token;
+	uint64_t wait_ns;         /* 0: do not wait for exports */
 	atomic_size_t next;
 };
 
@@ -584,6 +717,8 @@ static void *fanout_worker(void *arg)
 		if (h->rc == 0) {
 			h->rc = rp_client_call(client, "POST", "/v1/snapshot", h->body, &h->session,
 					       &h->err);
+			if (h->rc == 0 && f->wait_ns)
+				h->rc = await_exports(client, &h->session, f->wait_ns, &h->err);
 			rp_client_free(client);
 		}
 		if (h->rc == 0 && !strcmp(jstr(h->session, "state"), "failed"))
@@ -643,6 +778,9 @@ static int report_hosts(const struct args *a, const struct fanout *f)
 	} else {
 		table_print(&t);
 	}
+	for (size_t i = 0; i < f->n && a->val[O_WAIT]; i++)
+		if (f->calls[i].rc == 0 && print_exports(f->calls[i].session, !a->val[O_JSON]))
+			failed++;
 	if (failed)
 		fprintf(stderr, "ringprof: %zu of %zu hosts failed\n", failed, f->n);
 	table_free(&t);
@@ -668,7 +806,7 @@ static int snapshot_hosts(const struct command *cmd, struct args *a, json_t *bod
 		return usage_error(cmd, "--hosts talks TCP, which needs the daemons' bearer token: "
 				   "give --token-file FILE or set RINGPROF_TOKEN");
 	}
-	struct fanout f = { .token = token };
+	struct fanout f = { .token = token, .wait_ns = a->val[O_WAIT] ? a->wait_ns : 0 };
 	char *list = strdup(a->val[O_HOSTS]), *save = NULL;
 	bool oom = !list;
 	for (char *h = list ? strtok_r(list, ",", &save) : NULL; h && !oom;
@@ -714,6 +852,8 @@ static int cmd_snapshot(const struct command *cmd, struct args *a)
 	bool hosts = a->val[O_HOSTS] != NULL;
 	if (hosts && a->val[O_SOCKET])
 		return usage_error(cmd, "give --socket or --hosts, not both");
+	if ((rc = check_wait(cmd, a)) >= 0)
+		return rc;
 	if (a->val[O_LAST] && (rc = check_duration(cmd, "--last", a->val[O_LAST], &ns)) >= 0)
 		return rc;
 	if (a->val[O_END] && rp_parse_time(a->val[O_END], &end, &err) < 0)
@@ -791,7 +931,10 @@ static int post_to_session(const struct command *cmd, struct args *a, const char
 static int cmd_stop(const struct command *cmd, struct args *a)
 {
 	json_t *s = NULL;
-	int rc = post_to_session(cmd, a, "/stop", &s);
+	int rc = check_wait(cmd, a);
+	if (rc >= 0)
+		return rc;
+	rc = post_to_session(cmd, a, "/stop", &s);
 	return rc ? rc : show_session(a, s);
 }
 
@@ -810,20 +953,13 @@ static int cmd_keep(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int cmd_capture(const struct command *cmd, struct args *a)
 {
 	if (!a->val[O_DURATION])
 		return usage_error(cmd, "give --duration, e.g. --duration 10s");
 	uint64_t ns;
 	int rc = check_duration(cmd, "--duration", a->val[O_DURATION], &ns);
-	if (rc >= 0)
+	if (rc >= 0 || (rc = check_wait(cmd, a)) >= 0)
 		return rc;
 	json_t *body = json_pack("{s:s}", "duration", a->val[O_DURATION]), *s = NULL;
 	if ((rc = add_session_opts(cmd, a, body)) >= 0) {
@@ -943,14 +1079,6 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
-/* "wrote PATH (SIZE)" for an export written, the size as stat sees it. */
-static void print_file(const char *dir, const char *file, const struct stat *st)
-{
-	char size[32];
-	rp_format_size((uint64_t)st->st_size, size, sizeof(size));
-	printf("wrote %s%s%s (%s)\n", dir ? shown(dir) : "", dir ? "/" : "", shown(file), size);
-}
-
 static int print_written(const char *path)
 {
 	struct stat st;
@@ -959,7 +1087,7 @@ static int print_written(const char *path)
 			shown(path), strerror(errno));
 		return EXIT_FAILURE;
 	}
-	print_file(NULL, path, &st);
+	print_file(NULL, path, (uint64_t)st.st_size);
 	return EXIT_SUCCESS;
 }
 
@@ -972,7 +1100,7 @@ static bool print_export(void *ctx, const char *host, enum rp_export_format f, i
 	(void)host;
 	(void)f;
 	if (!err && fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
-		print_file(ctx, file, &st);
+		print_file(ctx, file, (uint64_t)st.st_size);
 	return true;
 }
 
@@ -1061,8 +1189,11 @@ static const struct command commands[] = {
 	  "                    so hosts sharing a log directory write one session.\n"
 	  "                    Prints each host's session path or error; exit 1 when\n"
 	  "                    any host failed\n"
-	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n",
-	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE),
+	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n"
+	  WAIT_HELP
+	  "                    (with --hosts: each host's, from that host)\n",
+	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE) |
+	  WAIT_OPTS,
 	  0, cmd_snapshot },
 	{ "start", "[--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
 	  "Start a session now and print its id; end it with 'ringprof stop ID'.\n\n"
@@ -1073,7 +1204,8 @@ static const struct command commands[] = {
 	  "                    sample CPUs at HZ per CPU (1 to 10000) while the\n"
 	  "                    session is open, when above the daemon's rate\n",
 	  COMMON_OPTS | SESSION_OPTS, 0, cmd_start },
-	{ "stop", "ID", "Stop an open session and show what it holds.\n\n", COMMON_OPTS, 1, cmd_stop },
+	{ "stop", "ID [--wait [--wait-timeout D]]", "Stop an open session and show what it holds.\n\n"
+	  WAIT_HELP, COMMON_OPTS | WAIT_OPTS, 1, cmd_stop },
 	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
 	  "Record from now for a while, wait until the session is complete, show it.\n\n"
 	  "  --duration D      how long (500ms, 30s, 5m)\n"
@@ -1082,8 +1214,9 @@ static const struct command commands[] = {
 	  "  --reason TEXT     why, kept with the session\n"
 	  "  --cpu-sample-hz HZ\n"
 	  "                    sample CPUs at HZ per CPU (1 to 10000) during the\n"
-	  "                    capture, when above the daemon's rate\n",
-	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION), 0, cmd_capture },
+	  "                    capture, when above the daemon's rate\n"
+	  WAIT_HELP,
+	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION) | WAIT_OPTS, 0, cmd_capture },
 	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },
 	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },
