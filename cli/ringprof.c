@@ -379,36 +379,51 @@ static uint64_t window_len(const json_t *w)
 	return e > s ? (uint64_t)(e - s) : 0;
 }
 
-static void print_window(const char *label, const json_t *w)
+/* A window's line; why, in parentheses, when given. */
+static void print_window(const char *label, const json_t *w, const char *why)
 {
 	char len[32], from[32], to[32];
 	fmt_len(window_len(w), len, sizeof(len));
 	fmt_time(jint(w, "start_wall_ns"), from, sizeof(from));
 	fmt_time(jint(w, "end_wall_ns"), to, sizeof(to));
-	printf("%-10s %-8s %s .. %s\n", label, len, from, to);
+	printf("%-10s %-8s %s .. %s%s%s%s\n", label, len, from, to, why ? " (" : "", why ? why : "",
+	       why ? ")" : "");
+}
+
+/* Why covered (what the rings held) is shorter than requested (what was
+ * asked), into buf; NULL when it is not (to the millisecond). */
+static const char *short_reason(const json_t *req, const json_t *cov, char *buf, size_t len)
+{
+	uint64_t want = window_len(req), got = window_len(cov);
+	if (!want || !got || got + 1000000 >= want)
+		return NULL;
+	char held[32], up[32] = "";
+	fmt_len(got, held, sizeof(held));
+	/* The host clock starts at boot: a window asked to start before it
+	 * begins at start_ns 0 (see docs/api.md). */
+	json_int_t boot_wall = jint(req, "end_wall_ns") - jint(req, "end_ns");
+	if (jint(req, "start_ns") == 0 && jint(req, "start_wall_ns") < boot_wall)
+		fmt_len((uint64_t)(jint(req, "end_wall_ns") - boot_wall), up, sizeof(up));
+	snprintf(buf, len, "%s%s%sthe rings hold %s: raise [rings] budget for more", up[0] ?
+		 "the host booted " : "", up, up[0] ? " before the window's end; " : "", held);
+	return buf;
 }
 
 /* A session object: what it is, where, the window asked for and the one
- * the rings could cover (flagged when short), and per-device counts. */
+ * the rings could cover (with why, when short), and per-device counts. */
 static int print_session(const json_t *s)
 {
 	printf("%-10s %s (%s, %s)\n", "session", jtext(s, "id"), jtext(s, "kind"), jtext(s, "state"));
 	printf("%-10s %s\n", "run", jtext(s, "run"));
 	printf("%-10s %s\n", "path", jtext(s, "path"));
 	const json_t *req = json_object_get(s, "requested"), *cov = json_object_get(s, "covered");
+	char why[160];
 	if (req && window_len(req))
-		print_window("requested", req);
+		print_window("requested", req, NULL);
 	if (cov && window_len(cov))
-		print_window("covered", cov);
+		print_window("covered", cov, req ? short_reason(req, cov, why, sizeof(why)) : NULL);
 	else if (!strcmp(jstr(s, "state"), "complete"))
 		printf("%-10s nothing: the rings held no events in that window\n", "covered");
-	if (req && cov && window_len(cov) && window_len(cov) + 1000000 < window_len(req)) {
-		char got[32], want[32];
-		fmt_len(window_len(cov), got, sizeof(got));
-		fmt_len(window_len(req), want, sizeof(want));
-		printf("note: only %s of the %s requested was still in the rings; "
-		       "a larger ring budget keeps a longer horizon\n", got, want);
-	}
 	const json_t *devs = json_object_get(s, "devices");
 	if (json_array_size(devs)) {
 		struct table t = { .align = "lrrrr", .ncols = 5 };
@@ -1014,8 +1029,8 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 		json_decref(r);
 		return EXIT_SUCCESS;
 	}
-	struct table t = { .align = "lllllrrl", .ncols = 8 };
-	table_row(&t, "ID", "RUN", "HOST", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
+	struct table t = { .align = "llllllrrl", .ncols = 9 };
+	table_row(&t, "CREATED", "ID", "RUN", "HOST", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
 	size_t i, k;
 	const json_t *s, *d;
 	json_array_foreach(list, i, s) {
@@ -1030,11 +1045,17 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 				total += jint(d, "events");
 			snprintf(ev, sizeof(ev), "%lld", total);
 		}
-		char state[32];
+		char state[32], created[32] = "-";
 		snprintf(state, sizeof(state), "%s%s", jstr(s, "state"),
 			 json_is_true(json_object_get(s, "keep")) ? ",kept" : "");
-		table_row(&t, jstr(s, "id"), jstr(s, "run"), jstr(s, "host"), jstr(s, "kind"), state,
-			  win, ev, jstr(s, "path"));
+		const json_t *c = json_object_get(json_object_get(s, "trigger"), "created_wall_ns");
+		/* A manifest from before created_wall_ns: its window's start. */
+		if (!json_is_integer(c))
+			c = json_object_get(json_object_get(s, "requested"), "start_wall_ns");
+		if (json_is_integer(c))
+			fmt_time(json_integer_value(c), created, sizeof(created));
+		table_row(&t, created, jstr(s, "id"), jstr(s, "run"), jstr(s, "host"), jstr(s, "kind"),
+			  state, win, ev, jstr(s, "path"));
 	}
 	table_print(&t);
 	table_free(&t);
@@ -1217,7 +1238,8 @@ static const struct command commands[] = {
 	  "                    capture, when above the daemon's rate\n"
 	  WAIT_HELP,
 	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION) | WAIT_OPTS, 0, cmd_capture },
-	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
+	{ "sessions", "", "List the sessions, oldest made first (CREATED: when the daemon made\n"
+	  "it, not the window's start): one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },
 	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },
 	{ "summary", "SESSION [--pid PID,...] [--comm NAME]",
