@@ -154,13 +154,12 @@ static void free_fold(struct fold *f)
 	free(f->node_ix);
 }
 
-static const struct fold *sort_fold; /* qsort has no context argument */
-
-static int by_name(const void *a, const void *b)
+static int by_name(const void *a, const void *b, void *ctx)
 {
-	const struct node *x = &sort_fold->nodes[*(const uint32_t *)a];
-	const struct node *y = &sort_fold->nodes[*(const uint32_t *)b];
-	return strcmp(sort_fold->names[x->name], sort_fold->names[y->name]);
+	const struct fold *f = ctx;
+	const struct node *x = &f->nodes[*(const uint32_t *)a];
+	const struct node *y = &f->nodes[*(const uint32_t *)b];
+	return strcmp(f->names[x->name], f->names[y->name]);
 }
 
 /* Every child list sorted by name (as flamegraph.pl draws them), each
@@ -170,7 +169,6 @@ static int sort_children(struct fold *f)
 {
 	uint32_t *kids = NULL;
 	size_t cap = 0;
-	sort_fold = f;
 	/* A parent comes before its children: its start is set first. */
 	for (size_t p = 0; p < f->nnodes; p++) {
 		size_t n = 0;
@@ -181,7 +179,7 @@ static int sort_children(struct fold *f)
 			}
 			kids[n++] = c;
 		}
-		qsort(kids, n, sizeof(*kids), by_name);
+		qsort_r(kids, n, sizeof(*kids), by_name, f);
 		uint64_t start = f->nodes[p].start;
 		for (size_t i = 0; i < n; i++) {
 			f->nodes[kids[i]].next = i + 1 < n ? kids[i + 1] : 0;
@@ -327,9 +325,12 @@ static int put_frame(const struct fold *f, const uint32_t *path, uint32_t depth,
 		"y=\"%.1f\">", n->total, 100.0 * (double)n->total / (double)f->nodes[0].total, x, y, w,
 		FRAME_HEIGHT - 1, rgb[0], rgb[1], rgb[2], x + 3, y + FRAME_HEIGHT - 4.5);
 	/* The label: as many characters as fit (the script redoes it on
-	 * zoom), ".." when cut. */
+	 * zoom), ".." when cut, never inside a UTF-8 sequence. */
 	size_t fit = w > 3 * CHAR_WIDTH ? (size_t)((w - 6) / CHAR_WIDTH) : 0, len = strlen(name);
-	put_xml(s->out, name, len <= fit ? len : fit >= 2 ? fit - 2 : 0);
+	size_t cut = len <= fit ? len : fit >= 2 ? fit - 2 : 0;
+	while (cut < len && cut > 0 && ((unsigned char)name[cut] & 0xc0) == 0x80)
+		cut--;
+	put_xml(s->out, name, cut);
 	fprintf(s->out, "%s</text></g>\n", len > fit && fit >= 2 ? ".." : "");
 	return ferror(s->out) ? -EIO : 0;
 }

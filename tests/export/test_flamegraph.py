@@ -10,10 +10,11 @@ function whose name holds '<' and '>' (XML must escape them)."""
 
 import re
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 
 import pytest
-from synth_session import CLI, CPP_NAME, HAVE_CPP, WORKER, export, run, worker_session
+from synth_session import CLI, CPP_NAME, HAVE_CPP, MAKE_SESSION, WORKER, export, run, worker_session
 
 SVG = "{http://www.w3.org/2000/svg}"
 STEPS, K, W = 20, 10, 5
@@ -69,6 +70,32 @@ def test_svg_parses_and_widths_follow_samples(session, tmp_path):
 def test_svg_escapes_names(session, tmp_path):
     fs = by_name(frames(export(session, "flamegraph", tmp_path / "f.svg")))
     assert fs[CPP_NAME][0] == STEPS * W, fs
+
+
+def test_hostile_names_stay_valid_xml(tmp_path):
+    """A process name with XML's special characters, a byte that is not
+    UTF-8, a control character and 300 two-byte characters (the label is
+    cut to fit, never inside one): the SVG still parses, the folded line
+    stays one line."""
+    name = b"<a&b>\"c'd;\xff\x1b" + "\u00e9".encode() * 300
+    out = subprocess.run([MAKE_SESSION, tmp_path, "--steps", "2", "--samples-per-step", "10",
+                          "--worker-samples", "5", "--worker-name", name],
+                         capture_output=True, timeout=60, check=True)
+    session = out.stdout.decode().strip()
+    fs = frames(export(session, "flamegraph", tmp_path / "f.svg"))
+    roots = [f[0] for f in fs if f[3] == 1]
+    hostile = [r for r in roots if r.startswith("<a&b>")]
+    assert len(hostile) == 1, roots
+    assert hostile[0].startswith("<a&b>\"c'd;\\xff\\x1b\u00e9"), hostile
+    svg = (tmp_path / "f.svg").read_bytes()
+    svg.decode("utf-8")  # strict: every byte is UTF-8
+    text = ET.parse(tmp_path / "f.svg").getroot().find(SVG + "g[@id='frames']")
+    labels = [g.find(SVG + "text").text or "" for g in text.findall(SVG + "g")]
+    assert any(label.endswith("\u00e9..") for label in labels), labels
+    lines = export(session, "folded", tmp_path / "s.folded").read_text().splitlines()
+    assert len(lines) == 4, lines  # three trainer leaves, one worker stack
+    worker = [line for line in lines if line.startswith("<a&b>")]
+    assert len(worker) == 1 and worker[0].startswith("<a&b>\"c'd:\\xff"), worker
 
 
 def test_svg_of_one_process(session, tmp_path):
