@@ -846,16 +846,28 @@ static json_int_t created_of(const json_t *s)
 		: json_integer_value(json_object_get(json_object_get(s, "requested"), "start_wall_ns"));
 }
 
-/* Oldest made first (not by id: ids come from the window's start, or
- * are names), then by id and host. */
-static int by_created(const void *a, const void *b)
+/* A session listed, with when it was made: its first host's part. */
+struct listed_session {
+	json_t *s;
+	json_int_t made;
+};
+
+static int by_id_host(const void *a, const void *b)
 {
-	const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
-	json_int_t cx = created_of(x), cy = created_of(y);
-	if (cx != cy)
-		return cx < cy ? -1 : 1;
+	const json_t *x = ((const struct listed_session *)a)->s;
+	const json_t *y = ((const struct listed_session *)b)->s;
 	int c = by_key(x, y, "id");
 	return c ? c : by_key(x, y, "host");
+}
+
+/* Oldest made first (not by id: ids come from the window's start, or
+ * are names); a session's hosts together, by host. */
+static int by_made(const void *a, const void *b)
+{
+	const struct listed_session *x = a, *y = b;
+	if (x->made != y->made)
+		return x->made < y->made ? -1 : 1;
+	return by_id_host(a, b);
 }
 
 static bool list_run(void *ctx, int pfd, const char *profile)
@@ -882,17 +894,29 @@ static bool list_run(void *ctx, int pfd, const char *profile)
 	return false;
 }
 
-/* list's sessions, oldest made first (by_created). */
+/* list's sessions, oldest made first (by_made); as they were without
+ * memory. */
 static void sort_sessions(json_t *list)
 {
 	size_t n = json_array_size(list);
-	json_t **items = malloc(n * sizeof(*items) + 1);
-	for (size_t i = 0; items && i < n; i++)
-		items[i] = json_incref(json_array_get(list, i));
-	if (items && n)
-		qsort(items, n, sizeof(*items), by_created);
-	for (size_t i = 0; items && i < n; i++)
-		json_array_set_new(list, i, items[i]);
+	struct listed_session *items = malloc(n * sizeof(*items) + 1);
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		items[i] = (struct listed_session){ json_incref(json_array_get(list, i)),
+						    created_of(json_array_get(list, i)) };
+	/* Each host's part of a session takes the time of the first. */
+	qsort(items, n, sizeof(*items), by_id_host);
+	for (size_t i = 0, j; i < n; i = j) {
+		json_int_t first = items[i].made;
+		for (j = i; j < n && !by_key(items[i].s, items[j].s, "id"); j++)
+			first = items[j].made < first ? items[j].made : first;
+		for (size_t k = i; k < j; k++)
+			items[k].made = first;
+	}
+	qsort(items, n, sizeof(*items), by_made);
+	for (size_t i = 0; i < n; i++)
+		json_array_set_new(list, i, items[i].s);
 	free(items);
 }
 
