@@ -59,14 +59,14 @@ _POLL_S = 0.1
 
 def _wait_timeout(wait):
     """wait= as seconds to wait for exports; None: do not wait."""
-    if wait is False or wait is None:
-        return None
     if wait is True:
         return _WAIT_DEFAULT_S
+    if wait is None or wait is False or (isinstance(wait, (int, float)) and wait == 0):
+        return None
     if isinstance(wait, (int, float)) and wait > 0:
         return float(wait)
-    raise TypeError("wait is True (up to 60 s), False, or the seconds to wait (> 0), "
-                    f"not {wait!r}")
+    raise ValueError("wait is True (up to 60 s), False (or 0), or the seconds to wait, "
+                     f"not {wait!r}")
 
 
 def _pending(session):
