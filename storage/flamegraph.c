@@ -179,7 +179,8 @@ static int sort_children(struct fold *f)
 			}
 			kids[n++] = c;
 		}
-		qsort_r(kids, n, sizeof(*kids), by_name, f);
+		if (n > 1)
+			qsort_r(kids, n, sizeof(*kids), by_name, f);
 		uint64_t start = f->nodes[p].start;
 		for (size_t i = 0; i < n; i++) {
 			f->nodes[kids[i]].next = i + 1 < n ? kids[i + 1] : 0;
