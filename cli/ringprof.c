@@ -2,6 +2,7 @@
  * Exit status: 0 done, 1 the daemon refused or could not be reached,
  * 2 a usage error. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -34,6 +35,8 @@
 #define POLL_INTERVAL_MS 100
 /* How long past its duration a capture may take to complete. */
 #define CAPTURE_GRACE_NS 30000000000ull
+/* How long --wait waits for a session's exports by default. */
+#define WAIT_TIMEOUT_DEFAULT "60s"
 /* Hosts asked at once by snapshot --hosts. */
 #define FANOUT_THREADS 64
 /* How long `shutdown` waits for the daemon to seal its rings and exit. */
@@ -42,7 +45,8 @@
 /* Every option a command may take; each command lists the ones it does. */
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
-	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, O_PID, O_COMM, N_OPTS
+	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, O_PID, O_COMM,
+	O_WAIT, O_WAIT_TIMEOUT, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -67,6 +71,8 @@ static const struct option all_options[N_OPTS] = {
 	[O_GROUP] = { "group", required_argument, NULL, OPT_BASE + O_GROUP },
 	[O_PID] = { "pid", required_argument, NULL, OPT_BASE + O_PID },
 	[O_COMM] = { "comm", required_argument, NULL, OPT_BASE + O_COMM },
+	[O_WAIT] = { "wait", no_argument, NULL, OPT_BASE + O_WAIT },
+	[O_WAIT_TIMEOUT] = { "wait-timeout", required_argument, NULL, OPT_BASE + O_WAIT_TIMEOUT },
 };
 
 #define BIT(o) (1u << (o))
@@ -77,6 +83,13 @@ static const struct option all_options[N_OPTS] = {
 #define SESSION_OPTS (NAMING_OPTS | BIT(O_CPU_HZ))
 /* Looking at one job: may be given more than once. */
 #define FILTER_OPTS (BIT(O_PID) | BIT(O_COMM))
+/* Waiting for the session's exports (snapshot, stop, capture). */
+#define WAIT_OPTS (BIT(O_WAIT) | BIT(O_WAIT_TIMEOUT))
+#define WAIT_HELP \
+	"  --wait            return once the session's exports ([sessions] exports\n" \
+	"                    of the daemon) are written or failed; print each file\n" \
+	"                    with its size; exit 1 when one failed\n" \
+	"  --wait-timeout D  give up waiting after D (default " WAIT_TIMEOUT_DEFAULT "; exit 1)\n"
 #define FILTER_HELP \
 	"  --pid PID,...     only these processes' events (CPU samples, ranges,\n" \
 	"                    GPU work); host-wide counters stay.  Repeatable\n" \
@@ -88,6 +101,7 @@ struct args {
 	char **pos;               /* positional arguments */
 	int npos;
 	struct rp_client *client;
+	uint64_t wait_ns;         /* --wait-timeout, with --wait */
 };
 
 struct command {
@@ -125,7 +139,8 @@ static const char global_usage[] =
 	"  capture    record for --duration and wait for the result\n"
 	"  sessions   list sessions\n"
 	"  summary S  what a session holds\n"
-	"  export S   write a session as XProf, Perfetto, pprof, JSON or summary files\n"
+	"  export S   write a session as XProf, Perfetto, pprof, JSON, summary or\n"
+	"             flame graph files\n"
 	"  keep ID    keep a session: retention never deletes it\n"
 	"  shutdown   stop the daemon on the socket (its owner or root)\n"
 	"\n"
@@ -384,36 +399,51 @@ static uint64_t window_len(const json_t *w)
 	return e > s ? (uint64_t)(e - s) : 0;
 }
 
-static void print_window(const char *label, const json_t *w)
+/* A window's line; why, in parentheses, when given. */
+static void print_window(const char *label, const json_t *w, const char *why)
 {
 	char len[32], from[32], to[32];
 	fmt_len(window_len(w), len, sizeof(len));
 	fmt_time(jint(w, "start_wall_ns"), from, sizeof(from));
 	fmt_time(jint(w, "end_wall_ns"), to, sizeof(to));
-	printf("%-10s %-8s %s .. %s\n", label, len, from, to);
+	printf("%-10s %-8s %s .. %s%s%s%s\n", label, len, from, to, why ? " (" : "", why ? why : "",
+	       why ? ")" : "");
+}
+
+/* Why covered (what the rings held) is shorter than requested (what was
+ * asked), into buf; NULL when it is not (to the millisecond). */
+static const char *short_reason(const json_t *req, const json_t *cov, char *buf, size_t len)
+{
+	uint64_t want = window_len(req), got = window_len(cov);
+	if (!want || !got || got + 1000000 >= want)
+		return NULL;
+	char held[32], up[32] = "";
+	fmt_len(got, held, sizeof(held));
+	/* The host clock starts at boot: a window asked to start before it
+	 * begins at start_ns 0 (see docs/api.md). */
+	json_int_t boot_wall = jint(req, "end_wall_ns") - jint(req, "end_ns");
+	if (jint(req, "start_ns") == 0 && jint(req, "start_wall_ns") < boot_wall)
+		fmt_len((uint64_t)(jint(req, "end_wall_ns") - boot_wall), up, sizeof(up));
+	snprintf(buf, len, "%s%s%sthe rings hold %s: raise [rings] budget for more", up[0] ?
+		 "the host booted " : "", up, up[0] ? " before the window's end; " : "", held);
+	return buf;
 }
 
 /* A session object: what it is, where, the window asked for and the one
- * the rings could cover (flagged when short), and per-device counts. */
+ * the rings could cover (with why, when short), and per-device counts. */
 static int print_session(const json_t *s)
 {
 	printf("%-10s %s (%s, %s)\n", "session", jtext(s, "id"), jtext(s, "kind"), jtext(s, "state"));
 	printf("%-10s %s\n", "run", jtext(s, "run"));
 	printf("%-10s %s\n", "path", jtext(s, "path"));
 	const json_t *req = json_object_get(s, "requested"), *cov = json_object_get(s, "covered");
+	char why[160];
 	if (req && window_len(req))
-		print_window("requested", req);
+		print_window("requested", req, NULL);
 	if (cov && window_len(cov))
-		print_window("covered", cov);
+		print_window("covered", cov, req ? short_reason(req, cov, why, sizeof(why)) : NULL);
 	else if (!strcmp(jstr(s, "state"), "complete"))
 		printf("%-10s nothing: the rings held no events in that window\n", "covered");
-	if (req && cov && window_len(cov) && window_len(cov) + 1000000 < window_len(req)) {
-		char got[32], want[32];
-		fmt_len(window_len(cov), got, sizeof(got));
-		fmt_len(window_len(req), want, sizeof(want));
-		printf("note: only %s of the %s requested was still in the rings; "
-		       "a larger ring budget keeps a longer horizon\n", got, want);
-	}
 	const json_t *devs = json_object_get(s, "devices");
 	if (json_array_size(devs)) {
 		struct table t = { .align = "lrrrr", .ncols = 5 };
@@ -565,10 +595,129 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
-/* Prints a session answer (or its JSON) and frees it. */
-static int show_session(const struct args *a, json_t *s)
+/* ---- waiting for exports (--wait) ---- */
+
+static uint64_t mono_ns(void)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --wait and --wait-timeout into a->wait_ns; -1 to go on, else the exit
+ * status. */
+static int check_wait(const struct command *cmd, struct args *a)
+{
+	struct rp_err err = { 0 };
+	if (a->val[O_WAIT_TIMEOUT] && !a->val[O_WAIT])
+		return usage_error(cmd, "--wait-timeout goes with --wait");
+	if (a->val[O_WAIT] && rp_parse_duration(a->val[O_WAIT_TIMEOUT] ? a->val[O_WAIT_TIMEOUT] :
+						WAIT_TIMEOUT_DEFAULT, &a->wait_ns, &err) < 0)
+		return bad_value(cmd, "--wait-timeout", &err);
+	return -1;
+}
+
+/* What session s still has to come, in words into buf; false when
+ * nothing: it is closed and none of its exports is pending. */
+static bool exports_pending(const json_t *s, char *buf, size_t len)
+{
+	size_t n = 0;
+	const char *f;
+	json_t *st;
+	buf[0] = '\0';
+	if (!strcmp(jstr(s, "state"), "open")) {
+		snprintf(buf, len, "the session is still open");
+		return true;
+	}
+	json_object_foreach(json_object_get(s, "exports"), f, st)
+		if (!strcmp(jstr(st, "state"), "pending") && n < len) {
+			int w = snprintf(buf + n, len - n, "%s%s", n ? ", " : "the exports ", f);
+			n += w > 0 ? (size_t)w : 0;
+		}
+	return buf[0] != '\0';
+}
+
+/* Polls the daemon (client) for session *s until its exports are all
+ * written or failed, replacing *s with each answer: polling, not a
+ * request held open in the daemon, whose API workers are few.  -ETIMEDOUT
+ * after timeout_ns, naming what is pending. */
+static int await_exports(struct rp_client *client, json_t **s, uint64_t timeout_ns,
+			 struct rp_err *err)
+{
+	char path[128], pending[256];
+	const char *id = jstr(*s, "id");
+	if (rp_check_name(id, NAME_MAX_LEN, "session id", err) < 0)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "/v1/sessions/%s", id);
+	uint64_t deadline = mono_ns() + timeout_ns;
+	while (exports_pending(*s, pending, sizeof(pending))) {
+		if (mono_ns() >= deadline) {
+			char d[32];
+			rp_format_duration(timeout_ns, d, sizeof(d));
+			return rp_err_set(err, -ETIMEDOUT, "session %s: %s still pending after %s: the "
+					  "daemon exports sessions one at a time, in the order they "
+					  "closed (ringprof_exports_queued in /metrics); wait longer "
+					  "with --wait-timeout", id, pending, d);
+		}
+		usleep(POLL_INTERVAL_MS * 1000);
+		json_t *next = NULL;
+		int rc = rp_client_call(client, "GET", path, NULL, &next, err);
+		if (rc < 0)
+			return rc;
+		json_decref(*s);
+		*s = next;
+	}
+	return 0;
+}
+
+/* "wrote PATH (SIZE)": an export written, with its size. */
+static void print_file(const char *dir, const char *file, uint64_t bytes)
+{
+	char size[32];
+	rp_format_size(bytes, size, sizeof(size));
+	printf("wrote %s%s%s (%s)\n", dir ? shown(dir) : "", dir ? "/" : "", shown(file), size);
+}
+
+/* Session s's exports as they stand: each file written (text: on
+ * stdout), each failure on stderr with the command that retries it.
+ * Returns the number failed. */
+static size_t print_exports(const json_t *s, bool text)
+{
+	char host[256], file[300];
+	size_t failed = 0;
+	const char *f;
+	json_t *st;
+	snprintf(host, sizeof(host), "%s", jstr(s, "host"));
+	rp_session_file_host(host);
+	json_object_foreach(json_object_get(s, "exports"), f, st) {
+		unsigned mask = 0;
+		struct rp_err err = { 0 };
+		bool known = rp_export_parse_formats(f, &mask, &err) == 0 && mask && !(mask & (mask - 1));
+		snprintf(file, sizeof(file), "%s%s", host,
+			 known ? rp_export_suffix((enum rp_export_format)__builtin_ctz(mask)) : "");
+		if (!strcmp(jstr(st, "state"), "written") && text) {
+			print_file(jstr(s, "path"), file, (uint64_t)jint(st, "bytes"));
+		} else if (!strcmp(jstr(st, "state"), "failed")) {
+			failed++;
+			fprintf(stderr, "ringprof: the %s export of session %s failed: %s (retry: "
+				"ringprof export %s --format %s)\n", shown(f), jtext(s, "id"),
+				jtext(st, "error"), jtext(s, "path"), shown(f));
+		}
+	}
+	return failed;
+}
+
+/* Prints a session answer (or its JSON) and frees it; with --wait, once
+ * its exports are done, and then those. */
+static int show_session(struct args *a, json_t *s)
+{
+	struct rp_err err = { 0 };
+	int waited = a->val[O_WAIT] ? await_exports(a->client, &s, a->wait_ns, &err) : 0;
 	int rc = a->val[O_JSON] ? print_json(s) : print_session(s);
+	if (waited < 0)
+		rc = daemon_error(&err);
+	else if (a->val[O_WAIT] && print_exports(s, !a->val[O_JSON]))
+		rc = EXIT_FAILURE;
 	json_decref(s);
 	return rc;
 }
@@ -587,6 +736,7 @@ struct fanout {
 	struct host_call *calls;
 	size_t n;
 	const char *token;
+	uint64_t wait_ns;         /* 0: do not wait for exports */
 	atomic_size_t next;
 };
 
@@ -602,6 +752,8 @@ static void *fanout_worker(void *arg)
 		if (h->rc == 0) {
 			h->rc = rp_client_call(client, "POST", "/v1/snapshot", h->body, &h->session,
 					       &h->err);
+			if (h->rc == 0 && f->wait_ns)
+				h->rc = await_exports(client, &h->session, f->wait_ns, &h->err);
 			rp_client_free(client);
 		}
 		if (h->rc == 0 && !strcmp(jstr(h->session, "state"), "failed"))
@@ -661,6 +813,9 @@ static int report_hosts(const struct args *a, const struct fanout *f)
 	} else {
 		table_print(&t);
 	}
+	for (size_t i = 0; i < f->n && a->val[O_WAIT]; i++)
+		if (f->calls[i].rc == 0 && print_exports(f->calls[i].session, !a->val[O_JSON]))
+			failed++;
 	if (failed)
 		fprintf(stderr, "ringprof: %zu of %zu hosts failed\n", failed, f->n);
 	table_free(&t);
@@ -686,7 +841,7 @@ static int snapshot_hosts(const struct command *cmd, struct args *a, json_t *bod
 		return usage_error(cmd, "--hosts talks TCP, which needs the daemons' bearer token: "
 				   "give --token-file FILE or set RINGPROF_TOKEN");
 	}
-	struct fanout f = { .token = token };
+	struct fanout f = { .token = token, .wait_ns = a->val[O_WAIT] ? a->wait_ns : 0 };
 	char *list = strdup(a->val[O_HOSTS]), *save = NULL;
 	bool oom = !list;
 	for (char *h = list ? strtok_r(list, ",", &save) : NULL; h && !oom;
@@ -732,6 +887,8 @@ static int cmd_snapshot(const struct command *cmd, struct args *a)
 	bool hosts = a->val[O_HOSTS] != NULL;
 	if (hosts && a->val[O_SOCKET])
 		return usage_error(cmd, "give --socket or --hosts, not both");
+	if ((rc = check_wait(cmd, a)) >= 0)
+		return rc;
 	if (a->val[O_LAST] && (rc = check_duration(cmd, "--last", a->val[O_LAST], &ns)) >= 0)
 		return rc;
 	if (a->val[O_END] && rp_parse_time(a->val[O_END], &end, &err) < 0)
@@ -809,7 +966,10 @@ static int post_to_session(const struct command *cmd, struct args *a, const char
 static int cmd_stop(const struct command *cmd, struct args *a)
 {
 	json_t *s = NULL;
-	int rc = post_to_session(cmd, a, "/stop", &s);
+	int rc = check_wait(cmd, a);
+	if (rc >= 0)
+		return rc;
+	rc = post_to_session(cmd, a, "/stop", &s);
 	return rc ? rc : show_session(a, s);
 }
 
@@ -828,20 +988,13 @@ static int cmd_keep(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int cmd_capture(const struct command *cmd, struct args *a)
 {
 	if (!a->val[O_DURATION])
 		return usage_error(cmd, "give --duration, e.g. --duration 10s");
 	uint64_t ns;
 	int rc = check_duration(cmd, "--duration", a->val[O_DURATION], &ns);
-	if (rc >= 0)
+	if (rc >= 0 || (rc = check_wait(cmd, a)) >= 0)
 		return rc;
 	json_t *body = json_pack("{s:s}", "duration", a->val[O_DURATION]), *s = NULL;
 	if ((rc = add_session_opts(cmd, a, body)) >= 0) {
@@ -896,8 +1049,8 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 		json_decref(r);
 		return EXIT_SUCCESS;
 	}
-	struct table t = { .align = "lllllrrl", .ncols = 8 };
-	table_row(&t, "ID", "RUN", "HOST", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
+	struct table t = { .align = "llllllrrl", .ncols = 9 };
+	table_row(&t, "CREATED", "ID", "RUN", "HOST", "KIND", "STATE", "WINDOW", "EVENTS", "PATH");
 	size_t i, k;
 	const json_t *s, *d;
 	json_array_foreach(list, i, s) {
@@ -912,11 +1065,17 @@ static int cmd_sessions(const struct command *cmd, struct args *a)
 				total += jint(d, "events");
 			snprintf(ev, sizeof(ev), "%lld", total);
 		}
-		char state[32];
+		char state[32], created[32] = "-";
 		snprintf(state, sizeof(state), "%s%s", jstr(s, "state"),
 			 json_is_true(json_object_get(s, "keep")) ? ",kept" : "");
-		table_row(&t, jstr(s, "id"), jstr(s, "run"), jstr(s, "host"), jstr(s, "kind"), state,
-			  win, ev, jstr(s, "path"));
+		const json_t *c = json_object_get(json_object_get(s, "trigger"), "created_wall_ns");
+		/* A manifest from before created_wall_ns: its window's start. */
+		if (!json_is_integer(c))
+			c = json_object_get(json_object_get(s, "requested"), "start_wall_ns");
+		if (json_is_integer(c))
+			fmt_time(json_integer_value(c), created, sizeof(created));
+		table_row(&t, created, jstr(s, "id"), jstr(s, "run"), jstr(s, "host"), jstr(s, "kind"),
+			  state, win, ev, jstr(s, "path"));
 	}
 	table_print(&t);
 	table_free(&t);
@@ -961,13 +1120,38 @@ static int cmd_summary(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
+static int print_written(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		fprintf(stderr, "ringprof: %s was written but cannot be read back: %s\n",
+			shown(path), strerror(errno));
+		return EXIT_FAILURE;
+	}
+	print_file(NULL, path, (uint64_t)st.st_size);
+	return EXIT_SUCCESS;
+}
+
+/* rp_export_opts.progress of `export` into the session directory: each
+ * file written, as it is. */
+static bool print_export(void *ctx, const char *host, enum rp_export_format f, int dirfd,
+			 const char *file, const struct rp_err *err)
+{
+	struct stat st;
+	(void)host;
+	(void)f;
+	if (!err && fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		print_file(ctx, file, (uint64_t)st.st_size);
+	return true;
+}
+
 /* With -o, one format of one host's part to that path; without, every
  * format asked for, of every host (or --host), into the session
  * directory as <host><suffix>. */
 static int cmd_export(const struct command *cmd, struct args *a)
 {
 	struct rp_err err = { 0 };
-	unsigned mask = RP_EXPORT_ALL;
+	unsigned mask = RP_EXPORT_DEFAULT;
 	if (a->val[O_FORMAT] && rp_export_parse_formats(a->val[O_FORMAT], &mask, &err) < 0)
 		return usage_error(cmd, "--format: %s", err.msg);
 	if (!mask)
@@ -985,12 +1169,14 @@ static int cmd_export(const struct command *cmd, struct args *a)
 				   "one --format), so that the session's own exports stay whole");
 	if (out && (mask & (mask - 1)))
 		return usage_error(cmd, "-o writes one file: give one --format (xplane, perfetto, "
-				   "pprof, json or summary)");
+				   "pprof, json, summary, flamegraph or folded)");
 	char dir[4096];
 	int rc = session_dir(cmd, a, dir, sizeof(dir));
 	if (rc >= 0)
 		return rc;
 	if (!out) {
+		opts.progress = print_export;
+		opts.progress_ctx = dir;
 		if (rp_export_session(dir, a->val[O_HOST], mask, &opts, &err) < 0) {
 			fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 			return EXIT_FAILURE;
@@ -1022,7 +1208,7 @@ static int cmd_export(const struct command *cmd, struct args *a)
 				&opts, &err) < 0)
 		fprintf(stderr, "ringprof: %s\n", shown(err.msg));
 	else
-		rc = EXIT_SUCCESS;
+		rc = print_written(out);
 	json_decref(all);
 	return rc;
 }
@@ -1083,8 +1269,11 @@ static const struct command commands[] = {
 	  "                    so hosts sharing a log directory write one session.\n"
 	  "                    Prints each host's session path or error; exit 1 when\n"
 	  "                    any host failed\n"
-	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n",
-	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE),
+	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n"
+	  WAIT_HELP
+	  "                    (with --hosts: each host's, from that host)\n",
+	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE) |
+	  WAIT_OPTS,
 	  0, cmd_snapshot },
 	{ "start", "[--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
 	  "Start a session now and print its id; end it with 'ringprof stop ID'.\n\n"
@@ -1095,7 +1284,8 @@ static const struct command commands[] = {
 	  "                    sample CPUs at HZ per CPU (1 to 10000) while the\n"
 	  "                    session is open, when above the daemon's rate\n",
 	  COMMON_OPTS | SESSION_OPTS, 0, cmd_start },
-	{ "stop", "ID", "Stop an open session and show what it holds.\n\n", COMMON_OPTS, 1, cmd_stop },
+	{ "stop", "ID [--wait [--wait-timeout D]]", "Stop an open session and show what it holds.\n\n"
+	  WAIT_HELP, COMMON_OPTS | WAIT_OPTS, 1, cmd_stop },
 	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
 	  "Record from now for a while, wait until the session is complete, show it.\n\n"
 	  "  --duration D      how long (500ms, 30s, 5m)\n"
@@ -1104,9 +1294,11 @@ static const struct command commands[] = {
 	  "  --reason TEXT     why, kept with the session\n"
 	  "  --cpu-sample-hz HZ\n"
 	  "                    sample CPUs at HZ per CPU (1 to 10000) during the\n"
-	  "                    capture, when above the daemon's rate\n",
-	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION), 0, cmd_capture },
-	{ "sessions", "", "List the sessions, oldest first: one line per host that wrote a part.\n\n",
+	  "                    capture, when above the daemon's rate\n"
+	  WAIT_HELP,
+	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION) | WAIT_OPTS, 0, cmd_capture },
+	{ "sessions", "", "List the sessions, oldest made first (CREATED: when the daemon made\n"
+	  "it, not the window's start): one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },
 	{ "keep", "ID", "Keep a session: retention never deletes it.\n\n", COMMON_OPTS, 1, cmd_keep },
 	{ "shutdown", "", "Stop the daemon on the socket: it seals its rings, removes its socket and\n"
@@ -1131,10 +1323,15 @@ static const struct command commands[] = {
 	  "  pprof     <host>.cpu.pb.gz: go tool pprof (CPU samples)\n"
 	  "  json      <host>.json: trace events, counters, CPU samples for scripts\n"
 	  "  summary   <host>.summary.txt: what 'ringprof summary' prints\n"
-	  "Frames are symbolized here: run it on the recording host (as root for\n"
+	  "  flamegraph <host>.flamegraph.svg: CPU samples as an interactive flame\n"
+	  "            graph (a browser opens it; click to zoom, Search)\n"
+	  "  folded    <host>.folded: CPU samples as collapsed stacks for\n"
+	  "            flamegraph.pl, inferno, speedscope\n"
+	  "Prints each file written with its size.  Frames are symbolized here: run it on the recording host (as root for\n"
 	  "kernel names); C++ names are demangled.  SESSION is a session id or a\n"
 	  "session directory.\n\n"
-	  "  --format F,...    formats to write (default: all)\n"
+	  "  --format F,...    formats to write, or all (default: all but flamegraph\n"
+	  "                    and folded)\n"
 	  "  -o, --output PATH write one format to PATH instead of the session\n"
 	  "                    directory (for a session several hosts wrote, with --host)\n"
 	  "  --host H          only host H's part\n"

@@ -55,7 +55,7 @@ void rp_config_defaults(struct rp_config *c)
 	c->api_max_snapshots = RP_API_MAX_SNAPSHOTS;
 	c->sessions_max_bytes = 10 * 1024 * MiB;
 	c->sessions_max_count = 1000;
-	c->session_exports = RP_EXPORT_ALL;
+	c->session_exports = RP_EXPORT_DEFAULT;
 	c->sessions_max_open = 16;
 	c->export_queue = 64;
 	c->alerts = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 10 * SEC,

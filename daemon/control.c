@@ -497,6 +497,7 @@ static int op_snapshot(void *ctx, const struct rp_snapshot_req *req, json_t **ou
 	uint64_t last = req->last_ns ? req->last_ns : c->cfg->default_last_ns;
 	o.start_ns = end > last ? end - last : 0;
 	o.end_ns = end;
+	o.asked_ns = last;
 
 	pthread_mutex_lock(&c->lock);
 	int rc = snapshot_locked(c, &o, t_req, out, err);
@@ -840,11 +841,37 @@ static int by_key(const json_t *a, const json_t *b, const char *key)
 	return strcmp(x ? x : "", y ? y : "");
 }
 
-static int by_id(const void *a, const void *b)
+/* When a session was made: its trigger's created_wall_ns, else (a
+ * manifest written before that was recorded) its window's start. */
+static json_int_t created_of(const json_t *s)
 {
-	const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+	const json_t *c = json_object_get(json_object_get(s, "trigger"), "created_wall_ns");
+	return json_is_integer(c) ? json_integer_value(c)
+		: json_integer_value(json_object_get(json_object_get(s, "requested"), "start_wall_ns"));
+}
+
+/* A session listed, with when it was made: its first host's part. */
+struct listed_session {
+	json_t *s;
+	json_int_t made;
+};
+
+static int by_id_host(const void *a, const void *b)
+{
+	const json_t *x = ((const struct listed_session *)a)->s;
+	const json_t *y = ((const struct listed_session *)b)->s;
 	int c = by_key(x, y, "id");
 	return c ? c : by_key(x, y, "host");
+}
+
+/* Oldest made first (not by id: ids come from the window's start, or
+ * are names); a session's hosts together, by host. */
+static int by_made(const void *a, const void *b)
+{
+	const struct listed_session *x = a, *y = b;
+	if (x->made != y->made)
+		return x->made < y->made ? -1 : 1;
+	return by_id_host(a, b);
 }
 
 static bool list_run(void *ctx, int pfd, const char *profile)
@@ -871,21 +898,29 @@ static bool list_run(void *ctx, int pfd, const char *profile)
 	return false;
 }
 
-/* Every finished session under the log directory, one object per host
- * that wrote a part of it, oldest id first.  Leftovers (no manifest) are
- * none.  Called without c->lock. */
-static void list_manifests(struct rp_control *c, json_t *list)
+/* list's sessions, oldest made first (by_made); as they were without
+ * memory. */
+static void sort_sessions(json_t *list)
 {
-	size_t start = json_array_size(list);
-	each_run(c, list_run, list);
-	size_t n = json_array_size(list) - start;
-	json_t **items = malloc(n * sizeof(*items) + 1);
-	for (size_t i = 0; items && i < n; i++)
-		items[i] = json_incref(json_array_get(list, start + i));
-	if (items && n)
-		qsort(items, n, sizeof(*items), by_id);
-	for (size_t i = 0; items && i < n; i++)
-		json_array_set_new(list, start + i, items[i]);
+	size_t n = json_array_size(list);
+	struct listed_session *items = malloc(n * sizeof(*items) + 1);
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		items[i] = (struct listed_session){ json_incref(json_array_get(list, i)),
+						    created_of(json_array_get(list, i)) };
+	/* Each host's part of a session takes the time of the first. */
+	qsort(items, n, sizeof(*items), by_id_host);
+	for (size_t i = 0, j; i < n; i = j) {
+		json_int_t first = items[i].made;
+		for (j = i; j < n && !by_key(items[i].s, items[j].s, "id"); j++)
+			first = items[j].made < first ? items[j].made : first;
+		for (size_t k = i; k < j; k++)
+			items[k].made = first;
+	}
+	qsort(items, n, sizeof(*items), by_made);
+	for (size_t i = 0; i < n; i++)
+		json_array_set_new(list, i, items[i].s);
 	free(items);
 }
 
@@ -911,13 +946,16 @@ static int op_session_list(void *ctx, json_t **out, struct rp_err *err)
 	for (struct open_session *o = c->open; o; o = o->next)
 		json_array_append_new(open, rp_session_to_json(o->s));
 	pthread_mutex_unlock(&c->lock);
-	list_manifests(c, list);
+	/* Every finished session under the log directory, one object per
+	 * host that wrote a part of it; leftovers (no manifest) are none. */
+	each_run(c, list_run, list);
 	size_t finished = json_array_size(list), i;
 	/* One that closed meanwhile is listed by its manifest already. */
 	json_array_foreach(open, i, s)
 		if (!listed(list, finished, s))
 			json_array_append(list, with_keep(s, path_of(s)));
 	json_decref(open);
+	sort_sessions(list);
 	*out = json_pack("{s:o}", "sessions", list);
 	return 0;
 }

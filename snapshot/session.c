@@ -103,6 +103,7 @@ struct rp_session {
 	bool manifest_written;
 	uint64_t start_ns;
 	uint64_t end_ns;          /* writes under lock: save reads it */
+	uint64_t asked_ns;        /* see rp_session_opts */
 	int64_t wall_offset_ns;
 	int64_t created_wall_ns;
 	struct rp_err error;      /* why the session failed */
@@ -313,6 +314,7 @@ int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 	s->state = RP_SESSION_OPEN;
 	s->start_ns = opts->start_ns;
 	s->end_ns = opts->end_ns;
+	s->asked_ns = opts->asked_ns;
 	s->wall_offset_ns = opts->wall_offset_ns;
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
@@ -1104,7 +1106,14 @@ static json_t *session_json(const struct rp_session *s, bool manifest)
 	json_object_set_new(o, "state", json_string(state_name(s->state)));
 	json_object_set_new(o, "path", json_string(s->path));
 	json_object_set_new(o, "host", json_string(s->host));
-	json_object_set_new(o, "requested", window_json(s, s->start_ns, s->end_ns));
+	json_t *req = window_json(s, s->start_ns, s->end_ns);
+	/* Asked to start before boot: start_ns is 0, the clock's first
+	 * instant; the wall clock says what was asked. */
+	if (s->end_ns != UINT64_MAX && s->asked_ns > s->end_ns - s->start_ns)
+		json_object_set_new(req, "start_wall_ns", json_integer((json_int_t)s->end_ns -
+									(json_int_t)s->asked_ns +
+									s->wall_offset_ns));
+	json_object_set_new(o, "requested", req);
 	uint64_t cs, ce;
 	bool any = covered(s, &cs, &ce);
 	json_object_set_new(o, "covered", any ? window_json(s, cs, ce) : json_null());

@@ -45,6 +45,10 @@ struct rp_session_opts {
 	enum rp_session_kind kind;
 	uint64_t start_ns;        /* window in host clock ns */
 	uint64_t end_ns;          /* UINT64_MAX while open */
+	/* The window's length as asked (a snapshot's last); 0: end - start.
+	 * Longer when the host clock, which starts at boot, cut the window:
+	 * "requested" then keeps the start asked for in start_wall_ns. */
+	uint64_t asked_ns;
 	int64_t wall_offset_ns;   /* wall = host + offset, at the trigger */
 	const char *source;       /* "cli", "api", "library", "python", ... */
 	const char *reason;       /* free text, may be NULL */

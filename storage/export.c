@@ -25,6 +25,8 @@ static const struct {
 	[RP_EXPORT_PPROF] = { "pprof", ".cpu.pb.gz", rp_write_pprof },
 	[RP_EXPORT_JSON] = { "json", ".json", rp_write_json },
 	[RP_EXPORT_SUMMARY] = { "summary", ".summary.txt", rp_write_summary },
+	[RP_EXPORT_FLAMEGRAPH] = { "flamegraph", ".flamegraph.svg", rp_write_flamegraph },
+	[RP_EXPORT_FOLDED] = { "folded", ".folded", rp_write_folded },
 };
 
 const char *rp_export_format_name(enum rp_export_format f)
@@ -57,14 +59,15 @@ int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err
 			f++;
 		if (f == RP_EXPORT_NFORMATS)
 			return rp_err_set(err, -EINVAL, "unknown export format '%.*s': known formats are "
-					  "xplane, perfetto, pprof, json, summary (a comma-separated "
-					  "list), all or none", (int)n, p);
+					  "xplane, perfetto, pprof, json, summary, flamegraph, folded "
+					  "(a comma-separated list), all or none", (int)n, p);
 		m |= 1u << f;
 		p += n + (p[n] == ',');
 	}
 	if (!m)
 		return rp_err_set(err, -EINVAL, "empty export format list: name formats (xplane, "
-				  "perfetto, pprof, json, summary), all or none");
+				  "perfetto, pprof, json, summary, flamegraph, folded), all "
+				  "or none");
 	*mask = m;
 	return 0;
 }

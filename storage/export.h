@@ -6,6 +6,9 @@
  *   <host>.cpu.pb.gz    pprof CPU profile (go tool pprof)
  *   <host>.json         trace events, counters and CPU samples for scripts
  *   <host>.summary.txt  the text summary (see summary.h)
+ *   <host>.flamegraph.svg  CPU samples as an interactive flame graph
+ *   <host>.folded       CPU samples as collapsed stacks (flamegraph.pl,
+ *                       inferno, speedscope)
  *
  * Each file is written under a temporary name and renamed into place, so
  * a reader never sees half a file and a failed export leaves no file.
@@ -24,11 +27,18 @@ enum rp_export_format {
 	RP_EXPORT_PPROF = 2,
 	RP_EXPORT_JSON = 3,
 	RP_EXPORT_SUMMARY = 4,
-	RP_EXPORT_NFORMATS = 5,
+	RP_EXPORT_FLAMEGRAPH = 5,
+	RP_EXPORT_FOLDED = 6,
+	RP_EXPORT_NFORMATS = 7,
 };
 #define RP_EXPORT_ALL ((1u << RP_EXPORT_NFORMATS) - 1)
+/* What a session gets unless told otherwise: the flame graphs, which
+ * another CPU pass would cost every session, are written on demand
+ * (ringprof export --format flamegraph). */
+#define RP_EXPORT_DEFAULT ((1u << RP_EXPORT_FLAMEGRAPH) - 1)
 
-/* "xplane", "perfetto", "pprof", "json", "summary". */
+/* "xplane", "perfetto", "pprof", "json", "summary", "flamegraph",
+ * "folded". */
 const char *rp_export_format_name(enum rp_export_format f);
 /* The file name after "<host>": ".xplane.pb", ... */
 const char *rp_export_suffix(enum rp_export_format f);

@@ -20,5 +20,9 @@ int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping 
 int rp_write_pprof(struct rp_reader *r, FILE *out, struct rp_err *err);
 int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err);
 int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err);
+/* flamegraph.c: the CPU samples as an SVG flame graph and as folded
+ * stacks. */
+int rp_write_flamegraph(struct rp_reader *r, FILE *out, struct rp_err *err);
+int rp_write_folded(struct rp_reader *r, FILE *out, struct rp_err *err);
 
 #endif

@@ -12,6 +12,7 @@ message.
 
 import contextlib
 import datetime
+import time
 import urllib.parse
 
 try:
@@ -52,26 +53,83 @@ def _time(end):
     return end
 
 
+_WAIT_DEFAULT_S = 60.0
+_POLL_S = 0.1
+
+
+def _wait_timeout(wait):
+    """wait= as seconds to wait for exports; None: do not wait."""
+    if wait is True:
+        return _WAIT_DEFAULT_S
+    if wait is None or wait is False or (isinstance(wait, (int, float)) and wait == 0):
+        return None
+    if isinstance(wait, (int, float)) and wait > 0:
+        return float(wait)
+    raise ValueError("wait is True (up to 60 s), False (or 0), or the seconds to wait, "
+                     f"not {wait!r}")
+
+
+def _pending(session):
+    if session.get("state") == "open":
+        return ["the session is still open"]
+    return [f for f, st in (session.get("exports") or {}).items() if st.get("state") == "pending"]
+
+
+def _await_exports(session, timeout):
+    """session, polled from the daemon until its exports are all written
+    or failed; RingprofError (with .session) when one failed or when
+    timeout seconds passed first."""
+    path = f"/v1/sessions/{urllib.parse.quote(session['id'], safe='')}"
+    deadline = time.monotonic() + timeout
+    while _pending(session):
+        if time.monotonic() >= deadline:
+            e = RingprofError(f"session {session['id']}: {', '.join(_pending(session))} still "
+                              f"pending after {timeout:g} s: the daemon exports sessions one at "
+                              "a time, in the order they closed; wait longer (wait=SECONDS)")
+            e.session = session
+            raise e
+        time.sleep(_POLL_S)
+        session = request("GET", path)
+    failed = [f"the {f} export failed: {st.get('error')}"
+              for f, st in (session.get("exports") or {}).items() if st.get("state") == "failed"]
+    if failed:
+        e = RingprofError(f"session {session['id']}: " + "; ".join(failed) +
+                          f" (retry: ringprof export {session.get('path')} --format FORMAT)")
+        e.session = session
+        raise e
+    return session
+
+
 def start_session(name=None, run=None, reason=None):
     """Start recording a session now; returns its id for stop_session."""
     return request("POST", "/v1/sessions", _optional(name=name, run=run, reason=reason))["id"]
 
 
-def stop_session(id):
-    """Stop a session; returns the completed session (its manifest)."""
-    return request("POST", f"/v1/sessions/{urllib.parse.quote(id, safe='')}/stop")
+def stop_session(id, wait=False):
+    """Stop a session; returns the completed session (its manifest).
+    wait: as snapshot's."""
+    timeout = _wait_timeout(wait)
+    s = request("POST", f"/v1/sessions/{urllib.parse.quote(id, safe='')}/stop")
+    return s if timeout is None else _await_exports(s, timeout)
 
 
-def snapshot(last=30.0, end=None, name=None, run=None, reason=None):
+def snapshot(last=30.0, end=None, name=None, run=None, reason=None, wait=False):
     """Freeze the recent past into a session and return it, complete on disk.
 
     last: the window's length, in seconds or as '500ms', '30s', '5m' (None:
     the daemon's default).  end: where the window ends (default now): a
-    datetime, Unix ns (int) or an RFC 3339 string; it may lie in the past."""
+    datetime, Unix ns (int) or an RFC 3339 string; it may lie in the past.
+    wait: True (up to 60 s) or seconds: return once the session's exports
+    (the daemon's [sessions] exports, written after the session closes)
+    are done; the session's "exports" then says written (with "bytes") for
+    each.  Raises RingprofError, whose .session is the session, when one
+    failed or when the time ran out."""
+    timeout = _wait_timeout(wait)
     body = _optional(last=None if last is None else _duration(last),
                      end=None if end is None else _time(end),
                      name=name, run=run, reason=reason)
-    return request("POST", "/v1/snapshot", body)
+    s = request("POST", "/v1/snapshot", body)
+    return s if timeout is None else _await_exports(s, timeout)
 
 
 def status():
@@ -86,10 +144,12 @@ class trace(contextlib.AbstractContextManager):
             ...
         t.session["path"]     # the completed session, after the block
 
-    The session is stopped even when the block raises."""
+    The session is stopped even when the block raises.  wait: as
+    snapshot's, when the block ends (t.session then has its exports)."""
 
-    def __init__(self, name=None, run=None, reason=None):
-        self.name, self.run, self.reason = name, run, reason
+    def __init__(self, name=None, run=None, reason=None, wait=False):
+        _wait_timeout(wait)  # checked now, not after the block
+        self.name, self.run, self.reason, self.wait = name, run, reason, wait
         self.id = None
         self.session = None
 
@@ -98,5 +158,7 @@ class trace(contextlib.AbstractContextManager):
         return self
 
     def __exit__(self, *exc):
-        self.session = stop_session(self.id)
+        # A block that raised gets its session back without waiting: its
+        # own exception is the one to see.
+        self.session = stop_session(self.id, wait=self.wait if exc[0] is None else False)
         return False

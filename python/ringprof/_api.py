@@ -10,11 +10,13 @@ import socket
 class RingprofError(Exception):
     """A failed call to ringprofd; the message is the daemon's (or says why
     the daemon could not be reached).  status is the HTTP status, or None
-    when no answer came."""
+    when no answer came.  session: the session, when the error is about
+    its exports (wait=), else None."""
 
     def __init__(self, message, status=None):
         super().__init__(message)
         self.status = status
+        self.session = None
 
 
 def socket_path():

@@ -69,16 +69,29 @@ expect_out "s1 (snapshot, complete)" snapshot
 expect_out "/tmp/fake-sessions/short/plugins/profile/s1" snapshot
 grep -qE '^requested +10s ' <<<"$out" || fail "snapshot: no requested 10s line"
 grep -qE '^covered +5s ' <<<"$out" || fail "snapshot: no covered 5s line"
-expect_out "note: only 5s of the 10s requested" snapshot
+# The reason is on the covered line, and what was asked stays on requested.
+grep -qE '^covered +5s .* \(the rings hold 5s: raise \[rings\] budget for more\)$' <<<"$out" ||
+  fail "snapshot: covered 5s without its reason"
 grep -qE '^gpu0 +34 +1 +2 +2.1 KiB$' <<<"$out" || fail "snapshot: gpu0 row"
 run snapshot --last 2s
 expect_rc 0 "full snapshot"
-expect_no_out "note:" "full snapshot"
+expect_no_out "raise [rings] budget" "full snapshot"
 run snapshot --end 2020-01-02T03:04:05Z --last 1s --json
 expect_rc 0 "snapshot --end"
 is_json requested
 python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["requested"]["end_wall_ns"] != 1577934245000000000)' <<<"$out" ||
   fail "snapshot --end: window does not end at the time given"
+
+# --wait: a session without exports to come returns at once; the timeout
+# goes with --wait and is a duration
+run snapshot --last 2s --wait
+expect_rc 0 "snapshot --wait, nothing to export"
+run stop open1 --wait-timeout 5s
+expect_rc 2 "--wait-timeout alone"
+expect_err "--wait-timeout goes with --wait" "--wait-timeout alone"
+run snapshot --wait --wait-timeout soon
+expect_rc 2 "--wait-timeout not a duration"
+expect_err "--wait-timeout:" "--wait-timeout not a duration"
 
 # daemon errors: exit 1 and its message
 run snapshot --name busy
@@ -190,17 +203,17 @@ run status
 expect_out "open sessions: open1" "status with a session"
 run sessions
 expect_rc 0 sessions
-grep -qE '^ID +RUN +HOST +KIND +STATE +WINDOW +EVENTS +PATH$' <<<"$out" || fail "sessions: header"
-grep -qE '^open1 +exp +fakehost +session +open +- +- +/tmp/fake-sessions/exp/plugins/profile/open1$' <<<"$out" ||
+grep -qE '^CREATED +ID +RUN +HOST +KIND +STATE +WINDOW +EVENTS +PATH$' <<<"$out" || fail "sessions: header"
+grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z +open1 +exp +fakehost +session +open +- +- +/tmp/fake-sessions/exp/plugins/profile/open1$' <<<"$out" ||
   fail "sessions: open1 row"
-grep -qE '^s1 +short +fakehost +snapshot +complete +5s +1234 ' <<<"$out" || fail "sessions: s1 row"
+grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z +s1 +short +fakehost +snapshot +complete +5s +1234 ' <<<"$out" || fail "sessions: s1 row"
 
 # keep
 run keep s1
 expect_rc 0 keep
 expect_out "kept s1: retention will not delete it (remove /tmp/fake-sessions/short/plugins/profile/s1/KEEP to undo)" keep
 run sessions
-grep -qE '^s1 +short +fakehost +snapshot +complete,kept +5s ' <<<"$out" || fail "sessions: s1 kept"
+grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z +s1 +short +fakehost +snapshot +complete,kept +5s ' <<<"$out" || fail "sessions: s1 kept"
 run keep nosuch
 expect_rc 1 "keep unknown"
 expect_err "no session 'nosuch'" "keep unknown"

@@ -51,7 +51,8 @@ static unsigned number(const char *s, const char *what)
 }
 
 static const char usage[] = "usage: make-session OUTDIR [--host H] [--steps N] "
-			    "[--samples-per-step K] [--worker-samples W]\n";
+			    "[--samples-per-step K] [--worker-samples W]\n"
+			    "                    [--worker-name NAME]\n";
 
 int main(int argc, char **argv)
 {
@@ -66,6 +67,8 @@ int main(int argc, char **argv)
 			k = number(argv[++i], "--samples-per-step");
 		else if (strcmp(argv[i], "--worker-samples") == 0 && i + 1 < argc)
 			synth_worker_samples = number(argv[++i], "--worker-samples");
+		else if (strcmp(argv[i], "--worker-name") == 0 && i + 1 < argc)
+			synth_worker_name = argv[++i];
 		else if (argv[i][0] != '-' && !outdir)
 			outdir = argv[i];
 		else {

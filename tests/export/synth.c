@@ -34,6 +34,7 @@ extern int main(int, char **);
 __attribute__((weak)) const void *synth_cpp_kernel(void);
 
 unsigned synth_worker_samples;
+const char *synth_worker_name = "worker";
 
 struct ring_out {
 	const char *device;
@@ -125,7 +126,7 @@ static int worker(struct ring_out *o, unsigned steps)
 	int rc = 0;
 	if (!w)
 		return seal(o);
-	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_PROCESS_NAME, .ts = T0 - 3 * MS, .pid = WORKER, .name = "worker" });
+	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_PROCESS_NAME, .ts = T0 - 3 * MS, .pid = WORKER, .name = synth_worker_name });
 	rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_PROCESS_CMDLINE, .ts = T0 - 3 * MS, .pid = WORKER, .name = "worker --jobs 2" });
 	rc = rc ? rc : add_mappings(o, WORKER, T0 - 3 * MS);
 	for (unsigned i = 0; rc == 0 && i < steps; i++) {

@@ -16,6 +16,8 @@
 /* Samples per step of the worker process (pid 4244); 0, the default: no
  * worker. */
 extern unsigned synth_worker_samples;
+/* Its process name ("worker"): any bytes, to test how exports escape. */
+extern const char *synth_worker_name;
 
 /* Writes OUTDIR/plugins/profile/synth/<host>.{manifest.json,host.chunks,
  * gpu0.chunks}; the session directory goes to dir.  0 or -errno, with a

@@ -154,7 +154,8 @@ def test_hosts_of_one_session_make_one_xprof_session(tmp_path):
             assert sum(e.get("name") == "step" for e in trace["traceEvents"]) == steps + 1
     # One host's part alone, by name; a session of two hosts needs --host for -o.
     r = run(CLI, "export", a, "--host", "node:b", "--format", "summary", "-o", tmp_path / "b.txt")
-    assert "node:b" in open(tmp_path / "b.txt").read() and r == ""
+    assert "node:b" in open(tmp_path / "b.txt").read()
+    assert r == f"wrote {tmp_path / 'b.txt'} ({(tmp_path / 'b.txt').stat().st_size / 1024:.1f} KiB)\n", r
     bad = subprocess.run([str(CLI), "export", str(a), "--format", "json", "-o",
                                         str(tmp_path / "x.json")], capture_output=True, text=True)
     assert bad.returncode == 2 and "--host" in bad.stderr

@@ -374,7 +374,7 @@ def test_cpp_frames_demangled(tmp_path):
 
 
 PROBE = """import resource, subprocess, sys
-subprocess.run(sys.argv[1:], check=True)
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)  # "wrote ..."
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """
 

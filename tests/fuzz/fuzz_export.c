@@ -181,7 +181,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* No kallsyms to read: kernel frames stay unnamed, quickly. */
 	struct rp_symbolizer_opts so = { .kallsyms = "/dev/null", .perf_map_dir = dir };
 	int (*const writers[])(struct rp_reader *, FILE *, struct rp_err *) = {
-		rp_write_pprof, rp_write_json, rp_write_summary,
+		rp_write_pprof, rp_write_json, rp_write_summary, rp_write_flamegraph, rp_write_folded,
 	};
 	const size_t nwriters = sizeof(writers) / sizeof(writers[0]);
 	FILE *null = fopen("/dev/null", "w");

@@ -14,7 +14,8 @@ import pytest
 from daemon_harness import Daemon, finish_producer, manifest, start_producer
 
 SUFFIXES = {"xplane": ".xplane.pb", "perfetto": ".pftrace", "pprof": ".cpu.pb.gz",
-            "json": ".json", "summary": ".summary.txt"}
+            "json": ".json", "summary": ".summary.txt", "flamegraph": ".flamegraph.svg",
+            "folded": ".folded"}  # exports = all
 HOST = "hardhost"
 CONFIG = f"""
 [daemon]
@@ -140,9 +141,11 @@ def test_exports_survive_stop_and_crash(tmp_path, sig):
             ([export_states(p) for p in session_dirs(d)], open(d.log).read()[-2000:])
         for p in session_dirs(d):
             check_truthful(p)
-        # Each session exported once: the metric counts this run's.
-        status, metrics = d.request("GET", "/metrics")
-        assert f'ringprof_exports_total{{result="written"}} {len(left)}' in metrics, metrics
+        # Each session exported once: the metric counts this run's (counted
+        # just after the manifest's last update: waited for).
+        want = f'ringprof_exports_total{{result="written"}} {len(left)}\n'
+        assert wait_for(lambda: want in d.request("GET", "/metrics")[1], 10, 0.1), \
+            d.request("GET", "/metrics")[1]
     finally:
         d.stop()
 

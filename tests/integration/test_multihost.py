@@ -110,7 +110,7 @@ def test_snapshot_fans_out_to_one_shared_session(cluster):
     listed = [s for s in b.ok("GET", "/v1/sessions")["sessions"] if s["id"] == "job42"]
     assert [s["host"] for s in listed] == ["node-a", "node-b", "node-c"]
     table = b.cli("sessions", check=True).stdout
-    assert len(re.findall(r"^job42 +train +node-[abc] +snapshot +complete ", table, re.M)) == 3
+    assert len(re.findall(r"^\S+ +job42 +train +node-[abc] +snapshot +complete ", table, re.M)) == 3
     summary = b.cli("summary", "job42", check=True).stdout
     assert re.findall(r"^host +(\S+)$", summary, re.M) == ["node-a", "node-b", "node-c"]
 
@@ -134,6 +134,22 @@ def test_end_defaults_to_one_now_for_every_host(cluster):
     assert len(ends) == 1 and before <= ends.pop() <= time.time_ns()
     assert len({h["session"]["path"] for h in results}) == 1
     assert len(manifests(results[0]["session"]["path"])) == 3
+
+
+def test_wait_waits_for_each_hosts_exports(cluster):
+    """--wait with --hosts: each host's exports, asked of that host, are
+    written when the command returns, and printed."""
+    shared, token, hosts = cluster
+    r = cli("snapshot", "--hosts", ",".join(addr for _, addr, _ in hosts), "--token-file", token,
+            "--last", "1s", "--name", "waited", "--wait")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    session = os.path.join(str(shared), "default", "plugins", "profile", "waited")
+    for m in manifests(session):
+        for fmt, st in m["exports"].items():
+            assert st["state"] == "written", (m["host"], fmt, st)
+        xplane = os.path.join(session, m["host"] + ".xplane.pb")
+        assert os.path.getsize(xplane) == m["exports"]["xplane"]["bytes"] > 0
+        assert f"wrote {xplane} (" in r.stdout, r.stdout
 
 
 def test_a_host_down_is_reported_and_the_rest_succeed(cluster):

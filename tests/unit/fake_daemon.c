@@ -23,7 +23,7 @@ struct session {
 	char run[RP_NAME_LEN];
 	const char *kind;
 	bool open, keep;
-	int64_t start_ns, end_ns, covered_start_ns;
+	int64_t start_ns, end_ns, covered_start_ns, created_ns;
 	uint64_t duration_ns;  /* captures */
 	unsigned cpu_sample_hz;
 };
@@ -56,9 +56,11 @@ static json_t *session_json(const struct session *s)
 			      "path", path, "host", "fakehost",
 			      "requested", window(s->start_ns, s->end_ns));
 	json_object_set_new(j, "keep", json_boolean(s->keep));
+	json_t *trigger = json_pack("{s:s,s:I}", "source", "cli", "created_wall_ns",
+				    (json_int_t)s->created_ns);
 	if (s->cpu_sample_hz)
-		json_object_set_new(j, "trigger", json_pack("{s:s,s:i}", "source", "cli", "cpu_sample_hz",
-							    (int)s->cpu_sample_hz));
+		json_object_set_new(trigger, "cpu_sample_hz", json_integer(s->cpu_sample_hz));
+	json_object_set_new(j, "trigger", trigger);
 	if (!s->open) {
 		json_object_set_new(j, "covered", window(s->covered_start_ns, s->end_ns));
 		json_object_set_new(j, "devices",
@@ -75,7 +77,8 @@ static struct session *add(struct fake *f, const char *name, const char *run, co
 	if (f->n == MAX_SESSIONS)
 		return NULL;
 	struct session *s = &f->s[f->n++];
-	*s = (struct session){ .kind = kind, .open = true, .start_ns = now_ns() };
+	*s = (struct session){ .kind = kind, .open = true, .start_ns = now_ns(),
+			       .created_ns = now_ns() };
 	if (name[0])
 		snprintf(s->id, sizeof(s->id), "%s", name);
 	else

@@ -82,7 +82,7 @@ static void defaults_sane(void **state)
 	assert_string_equal(c.host_name, "");
 	assert_int_equal(c.sessions_max_bytes, 10 * 1024 * MiB);
 	assert_int_equal(c.sessions_max_count, 1000);
-	assert_int_equal(c.session_exports, RP_EXPORT_ALL);
+	assert_int_equal(c.session_exports, RP_EXPORT_DEFAULT);
 	assert_int_equal(c.perfetto_grouping, RP_PERFETTO_BY_PROCESS);
 }
 
