@@ -349,13 +349,6 @@ static int print_session(const json_t *s)
 		print_window("covered", cov);
 	else if (!strcmp(jstr(s, "state"), "complete"))
 		printf("%-10s nothing: the rings held no events in that window\n", "covered");
-	if (req && cov && window_len(cov) && window_len(cov) + 1000000 < window_len(req)) {
-		char got[32], want[32];
-		fmt_len(window_len(cov), got, sizeof(got));
-		fmt_len(window_len(req), want, sizeof(want));
-		printf("note: only %s of the %s requested was still in the rings; "
-		       "a larger ring budget keeps a longer horizon\n", got, want);
-	}
 	const json_t *devs = json_object_get(s, "devices");
 	if (json_array_size(devs)) {
 		struct table t = { .align = "lrrrr", .ncols = 5 };
@@ -507,10 +500,61 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
+/* Why a ring held less than was asked for, and the lever that keeps
+ * more: its max_age when that is what limits it, its budget when it is
+ * full, nothing when it has not been recording that long. */
+static void print_ring_lever(const json_t *ring)
+{
+	double fill = json_number_value(json_object_get(ring, "fill"));
+	double horizon = json_number_value(json_object_get(ring, "horizon_s"));
+	double max_age = json_number_value(json_object_get(ring, "max_age_s"));
+	const char *dev = jstr(ring, "device");
+	char hor[32], age[32], budget[32];
+	fmt_seconds(horizon, hor, sizeof(hor));
+	fmt_seconds(max_age, age, sizeof(age));
+	rp_format_size((uint64_t)jint(ring, "budget_bytes"), budget, sizeof(budget));
+	if (max_age > 0 && horizon >= 0.9 * max_age)
+		printf("  ring %s holds %s, its max_age (%s): raise or remove max_age "
+		       "([ring.%s] or [rings])\n", dev, hor, age, dev);
+	else if (fill >= 0.9)
+		printf("  ring %s is full: its budget of %s holds %s at the current rate: raise "
+		       "budget ([ring.%s] or [rings])\n", dev, budget, hor, dev);
+	else
+		printf("  ring %s holds %s, %.0f%% of its budget: it has not been recording "
+		       "longer; it reaches further back as ringprofd keeps running\n", dev, hor,
+		       fill * 100);
+}
+
+/* A snapshot that covered less than requested: by how much, and why. */
+static void print_short_coverage(struct args *a, const json_t *s)
+{
+	const json_t *req = json_object_get(s, "requested"), *cov = json_object_get(s, "covered");
+	if (!req || !cov || !window_len(cov) || window_len(cov) + 1000000 >= window_len(req))
+		return;
+	char got[32], want[32];
+	fmt_len(window_len(cov), got, sizeof(got));
+	fmt_len(window_len(req), want, sizeof(want));
+	printf("note: only %s of the %s requested was still in the rings; a ring keeps about "
+	       "budget / (compressed bytes per second), up to its max_age:\n", got, want);
+	json_t *r = NULL;
+	struct rp_err err = { 0 };
+	if (rp_client_call(a->client, "GET", "/v1/status", NULL, &r, &err) < 0) {
+		printf("  (ringprof status shows each ring's FILL and HORIZON)\n");
+		return;
+	}
+	size_t i;
+	const json_t *ring;
+	json_array_foreach(json_object_get(r, "rings"), i, ring)
+		print_ring_lever(ring);
+	json_decref(r);
+}
+
 /* Prints a session answer (or its JSON) and frees it. */
-static int show_session(const struct args *a, json_t *s)
+static int show_session(struct args *a, json_t *s)
 {
 	int rc = a->val[O_JSON] ? print_json(s) : print_session(s);
+	if (!a->val[O_JSON])
+		print_short_coverage(a, s);
 	json_decref(s);
 	return rc;
 }

@@ -94,6 +94,7 @@ struct rp_ringfile {
 	char device[RP_DEVICE_NAME_MAX + 1];
 	uint64_t data_size, salt, file_size, max_age_ns;
 	uint64_t converted_chunks;
+	bool converted;
 
 	/* Writer thread only. */
 	struct io_uring ring;
@@ -899,6 +900,7 @@ static int convert_v1(struct rp_ringfile *rf, uint32_t max_chunk, uint64_t data_
 		goto out;
 	}
 	sync_parent(rf->path);
+	rf->converted = true;
 	rf->converted_chunks = rf->written_chunks;
 	rf->skipped_corrupt += old->skipped_corrupt;
 out:
@@ -1326,6 +1328,7 @@ void rp_ringfile_stats(struct rp_ringfile *rf, struct rp_ringfile_stats *st)
 	st->recovered_chunks = rf->recovered_chunks;
 	st->skipped_corrupt = rf->skipped_corrupt;
 	st->converted_chunks = rf->converted_chunks;
+	st->converted = rf->converted;
 	st->geometry_kept = rf->geometry_kept;
 	st->overwritten_in_read = atomic_load(&rf->overwritten_in_read);
 	pthread_mutex_lock(&rf->lock);

@@ -61,6 +61,7 @@ struct rp_ringfile_stats {
 	uint64_t recovered_chunks;    /* valid chunks found at open */
 	uint64_t skipped_corrupt;     /* bad, torn or stale chunks found at open */
 	uint64_t converted_chunks;    /* chunks of a version-1 file converted at open */
+	bool converted;               /* a version-1 file was converted at open */
 	uint64_t overwritten_in_read; /* chunks lost to wrap-around under a reader */
 	bool direct_io;
 	bool geometry_kept;       /* file existed with another budget or largest
