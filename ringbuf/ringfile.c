@@ -278,6 +278,13 @@ static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * t
 /* Bytes an entry with a chunk of len bytes takes in the data area. */
 static uint64_t entry_span(uint64_t len) { return round_up(FRAME + len, ALIGN); }
 
+/* Entries of the largest chunk, each on pages of its own, the data area
+ * holds at least. */
+static uint32_t largest_entries(const struct rp_ringfile *rf)
+{
+	return (uint32_t)(rf->data_size / (round_up(entry_span(rf->max_chunk), PAGE) + PAGE));
+}
+
 static uint64_t pos_off(const struct rp_ringfile *rf, uint64_t pos)
 {
 	return RP_RINGFILE_HEADER_SIZE + pos % rf->data_size;
@@ -294,7 +301,7 @@ static void held_add(struct rp_ringfile *rf, const struct ent *e, int sign)
 {
 	rf->held_chunks += (uint64_t)sign;
 	rf->held_events += (uint64_t)sign * e->event_count;
-	rf->held_bytes += (uint64_t)sign * (FRAME + e->len);
+	rf->held_bytes += (uint64_t)sign * ((rf->version >= 2 ? FRAME : 0) + e->len);
 	rf->held_raw += (uint64_t)sign * e->raw_size;
 	rf->held_dropped += (uint64_t)sign * e->dropped;
 }
@@ -452,6 +459,7 @@ static int load_header(struct rp_ringfile *rf, struct rp_err *err)
 	rf->max_chunk = max_chunk;
 	rf->data_size = data_size;
 	rf->v1_slots = version == 1 ? get32(h + H1_SLOT_COUNT) : 0;
+	rf->slot_count = version == 1 ? rf->v1_slots : largest_entries(rf);
 	rf->salt = version == 1 ? 0 : get64(h + H_SALT);
 	rf->device_id = get32(h + H_DEVICE_ID);
 	memcpy(rf->device, device, sizeof(device));
@@ -768,8 +776,7 @@ static int setup_writer(struct rp_ringfile *rf, unsigned queue_depth, struct rp_
 	/* Fewer writes in flight than the largest entries the ring holds: an
 	 * entry's write has always completed before the entry is overwritten
 	 * (and pin saves read it). */
-	rf->slot_count = (uint32_t)(rf->data_size / (round_up(entry_span(rf->max_chunk), PAGE) +
-						     PAGE));
+	rf->slot_count = largest_entries(rf);
 	unsigned qd = queue_depth ? queue_depth : DEFAULT_QUEUE_DEPTH;
 	if (qd + 1 > rf->slot_count)
 		qd = rf->slot_count > 1 ? rf->slot_count - 1 : 1;
@@ -1322,7 +1329,7 @@ void rp_ringfile_stats(struct rp_ringfile *rf, struct rp_ringfile_stats *st)
 	st->device_id = rf->device_id;
 	st->format_version = rf->version;
 	st->slot_size = rf->max_chunk;
-	st->slot_count = rf->readonly && rf->version == 1 ? rf->v1_slots : rf->slot_count;
+	st->slot_count = rf->slot_count;
 	st->capacity_bytes = rf->data_size;
 	st->max_age_ns = rf->max_age_ns;
 	st->recovered_chunks = rf->recovered_chunks;

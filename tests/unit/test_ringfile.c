@@ -161,6 +161,22 @@ static size_t collect(struct rp_ringfile *rf, uint64_t t0, uint64_t t1, uint64_t
 	return n;
 }
 
+/* Each chunk held, of any content: its seq and CRC32C, in order. */
+static size_t collect_ids(struct rp_ringfile *rf, uint64_t *ids, size_t max)
+{
+	struct rp_ringfile_iter *it;
+	assert_int_equal(rp_ringfile_iter_new(rf, 0, UINT64_MAX, &it), 0);
+	const void *chunk;
+	size_t len, n = 0;
+	struct rp_chunk_header h;
+	while (rp_ringfile_iter_next(it, &chunk, &len, &h) == 1) {
+		assert_true(n < max);
+		ids[n++] = h.seq << 32 | rp_crc32c(chunk, len);
+	}
+	rp_ringfile_iter_free(it);
+	return n;
+}
+
 /* Every chunk held is exactly lo .. hi-1. */
 static void expect_range(struct rp_ringfile *rf, uint64_t lo, uint64_t hi)
 {
@@ -1342,6 +1358,36 @@ static void test_v1_converted(void **state)
 	uint64_t lo = expect_tail(rf, 8);
 	assert_int_equal(lo, 6); /* two entries of 12 KiB in 32 KiB */
 	rp_ringfile_close(rf);
+
+	/* Files ringprof 0.1 wrote (the fuzz corpus): the same chunks, byte
+	 * for byte, before and after. */
+	const char *corpus = getenv("RINGPROF_RINGFILE_CORPUS");
+	const char *released[] = { "eight.ring", "wrapped.ring", "truncated.ring", "corrupt.ring" };
+	for (size_t i = 0; corpus && i < sizeof(released) / sizeof(*released); i++) {
+		char src[PATH_LEN];
+		snprintf(src, sizeof(src), "%s/%s", corpus, released[i]);
+		unsigned char *img;
+		size_t size;
+		read_file(src, &img, &size);
+		write_file(path, img, size);
+		free(img);
+		rf = open_ro(path);
+		uint64_t want[64], got[64];
+		size_t n = collect_ids(rf, want, 64);
+		rp_ringfile_close(rf);
+		struct rp_ringfile_opts ro = opts_for(4096, 64, 4, false);
+		ro.device_id = 1;
+		assert_int_equal(rp_ringfile_open(path, &ro, &rf, NULL), 0);
+		rp_ringfile_stats(rf, &st);
+		assert_true(st.converted);
+		assert_int_equal(st.converted_chunks, n);
+		assert_int_equal(collect_ids(rf, got, 64), n);
+		assert_memory_equal(got, want, n * sizeof(*got));
+		rp_ringfile_close(rf);
+		print_message("%s: %zu chunks of ringprof 0.1 converted\n", released[i], n);
+	}
+	if (!corpus)
+		print_message("RINGPROF_RINGFILE_CORPUS unset: released files not tried\n");
 
 	/* A version-1 file of another device is refused, untouched. */
 	make_v1(path, 8192, 4, 0, 2, 100);
