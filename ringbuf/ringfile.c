@@ -1368,15 +1368,19 @@ int rp_ringfile_iter_new(struct rp_ringfile *rf, uint64_t t0, uint64_t t1,
 	if (!it)
 		return -ENOMEM;
 	it->rf = rf;
-	it->buf = malloc(FRAME + (size_t)rf->max_chunk);
+	uint32_t maxlen = 0;
 	pthread_mutex_lock(&rf->lock);
 	it->items = malloc((rf->qn ? rf->qn : 1) * sizeof(*it->items));
 	for (size_t i = 0; it->items && i < rf->qn; i++) {
 		const struct ent *e = q_at(rf, i);
-		if (e->state == E_DONE && e->last_ts >= t0 && e->first_ts <= t1)
-			it->items[it->n++] = (struct it_item){ e->seq, e->off, e->len };
+		if (e->state != E_DONE || e->last_ts < t0 || e->first_ts > t1)
+			continue;
+		it->items[it->n++] = (struct it_item){ e->seq, e->off, e->len };
+		if (e->len > maxlen)
+			maxlen = e->len;
 	}
 	pthread_mutex_unlock(&rf->lock);
+	it->buf = malloc(FRAME + (size_t)maxlen);
 	if (!it->items || !it->buf) {
 		rp_ringfile_iter_free(it);
 		return -ENOMEM;
