@@ -53,7 +53,7 @@ enum {
 /* Entry frame layout. */
 enum { F_MAGIC = 0, F_LEN = 4, F_POS = 8, F_SEQ = 16, F_RESERVED = 24, F_CRC = 28 };
 /* Chunk header fields read before the chunk is checked (version 1). */
-enum { C_COMP_SIZE = 48 };
+enum { C_SEQ = 16, C_COMP_SIZE = 48 };
 
 enum ent_state { E_WRITING, E_DONE, E_FAILED };
 
@@ -135,6 +135,7 @@ struct rp_ringfile_iter {
 };
 
 static uint32_t get32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
+static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
 static void put32(unsigned char *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
 static void put64(unsigned char *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
 
@@ -270,8 +271,6 @@ static void rf_free(struct rp_ringfile *rf)
 	free(rf->path);
 	free(rf);
 }
-
-static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
 
 static uint64_t round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
@@ -553,7 +552,7 @@ static int scan_v1(struct rp_ringfile *rf, unsigned char *buf, struct found *f)
 		uint64_t len = RP_CHUNK_HEADER_SIZE + (uint64_t)get32(buf + FRAME + C_COMP_SIZE);
 		struct rp_chunk_header h;
 		int r = len <= rf->max_chunk
-			? read_entry(rf, get64(buf + FRAME + 16), off, (uint32_t)len, buf, &h) : 0;
+			? read_entry(rf, get64(buf + FRAME + C_SEQ), off, (uint32_t)len, buf, &h) : 0;
 		if (r < 0)
 			return r;
 		if (r == 0 || h.seq % rf->v1_slots != i) {
@@ -635,7 +634,8 @@ static int recover(struct rp_ringfile *rf, bool scan, struct rp_err *err)
 		return rp_err_set(err, r, "ring file %s: cannot recover its chunks: %s", rf->path,
 				  strerror(-r));
 	}
-	qsort(f.v, f.n, sizeof(*f.v), by_pos);
+	if (f.n)
+		qsort(f.v, f.n, sizeof(*f.v), by_pos);
 	const struct ent *newest = f.n ? &f.v[f.n - 1] : NULL;
 	uint64_t reach = !newest ? 0 : rf->version == 1 ? newest->pos + 1
 			 : round_up(newest->pos + FRAME + newest->len, PAGE);
@@ -1223,12 +1223,6 @@ static int place(struct rp_ringfile *rf, const void *chunk, uint32_t len,
 	frame_write(rf, w->mem + lead, len, p, h->seq);
 	memcpy(w->mem + lead + FRAME, chunk, len);
 	memset(w->mem + lead + FRAME + len, 0, (size_t)(w->end - w->start) - lead - FRAME - len);
-	if ((p + span) % PAGE)
-		memcpy(rf->tailpage, w->mem + (p + span) / PAGE * PAGE - w->start, PAGE);
-	rf->wpos = p + span;
-	w->seq = h->seq;
-	w->busy = true;
-	w->done = 0;
 	struct ent e = entry_of(h, p, pos_off(rf, p), E_WRITING);
 	pthread_mutex_lock(&rf->lock);
 	r = q_push(rf, &e);
@@ -1237,6 +1231,12 @@ static int place(struct rp_ringfile *rf, const void *chunk, uint32_t len,
 		release(rf, w);
 		return rp_err_set(err, r, "ring file %s: out of memory for its index", rf->path);
 	}
+	if ((p + span) % PAGE)
+		memcpy(rf->tailpage, w->mem + (p + span) / PAGE * PAGE - w->start, PAGE);
+	rf->wpos = p + span;
+	w->seq = h->seq;
+	w->busy = true;
+	w->done = 0;
 	atomic_store(&rf->next_seq, h->seq + 1);
 	if (submit(rf, w) < 0) {
 		write_failed(rf, w, -EBUSY);
