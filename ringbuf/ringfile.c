@@ -1188,12 +1188,24 @@ static bool page_in_flight(const struct rp_ringfile *rf, uint64_t pos)
 	return false;
 }
 
-/* Queue the entry of chunk (len bytes, header h) at the write position. */
+/* Whether the write of a chunk slot_count or more before seq is still in
+ * flight (completions come in any order). */
+static bool write_lags(const struct rp_ringfile *rf, uint64_t seq)
+{
+	for (unsigned i = 0; i < rf->qd; i++)
+		if (rf->bufs[i].busy && rf->bufs[i].seq + rf->slot_count <= seq)
+			return true;
+	return false;
+}
+
+/* Queue the entry of chunk (len bytes, header h) at the write position.
+ * Once it is queued, no chunk slot_count or more before it is in flight:
+ * stats.slot_count lets a reader tell a lost chunk from a slow one. */
 static int place(struct rp_ringfile *rf, const void *chunk, uint32_t len,
 		 const struct rp_chunk_header *h, struct rp_err *err)
 {
 	int r;
-	while (rf->nfree == 0)
+	while (rf->nfree == 0 || write_lags(rf, h->seq))
 		if ((r = reap(rf, true, err)) < 0)
 			return r;
 	if ((r = reap(rf, false, err)) < 0)

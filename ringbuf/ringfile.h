@@ -44,8 +44,9 @@ struct rp_ringfile_stats {
 	uint32_t device_id;
 	uint32_t format_version;  /* of the file as opened (1: read-only) */
 	uint32_t slot_size;       /* largest chunk */
-	uint32_t slot_count;      /* largest chunks the ring holds at least (more
-				   * than the writes ever in flight) */
+	uint32_t slot_count;      /* largest chunks the ring holds at least; also,
+				   * once chunk s + slot_count is appended, the
+				   * write of chunk s is over (done or failed) */
 	uint64_t capacity_bytes;  /* data area: the budget less the header */
 	uint64_t max_age_ns;
 	uint32_t chunks;         /* valid chunks held now */
