@@ -7,8 +7,9 @@
  *
  * Writes go through io_uring with several in flight, with O_DIRECT where
  * the file system allows it (buffered I/O otherwise).  Opening an existing
- * file recovers it from the chunk headers: torn, truncated or corrupt
- * chunks are skipped and counted, never returned.  Readers iterate the
+ * file recovers it from its entries (frame and chunk header, found at any
+ * 64-byte boundary): torn, truncated, corrupt chunks and those of an older
+ * lap are skipped and counted, never returned.  Readers iterate the
  * chunks overlapping a time window while the writer keeps writing; a chunk
  * overwritten under a reader is skipped and counted, never returned torn.
  *
@@ -74,7 +75,8 @@ struct rp_ringfile;
 /* Open path for writing: create it (preallocated) when missing, recover
  * it when present.  A version-1 file is converted: its chunks are written
  * into a new version-2 file that replaces it (stats.converted_chunks).  An
- * existing file with another budget or largest chunk keeps its geometry (stats.geometry_kept) so no recorded data is lost; it also
+ * existing file with another budget or largest chunk keeps its geometry
+ * (stats.geometry_kept) so no recorded data is lost; it also
  * keeps its device id (stats.device_id: seal chunks with that).  Errors
  * name the file and the fix: no space (-ENOSPC), permissions (-EACCES),
  * not a ring file (-EINVAL), a newer format (-EPROTONOSUPPORT), already
