@@ -1211,10 +1211,11 @@ static int place(struct rp_ringfile *rf, const void *chunk, uint32_t len,
 	if ((r = reap(rf, false, err)) < 0)
 		return r;
 	uint64_t span = entry_span(len), p = rf->wpos;
-	/* The page p starts in is still being written: a large entry starts
-	 * on the next page (wasting at most an eighth of it), a small one
-	 * waits for that write. */
-	if (p % PAGE && page_in_flight(rf, p) && round_up(p, PAGE) - p <= span / 8)
+	/* The page p starts in is still being written: an entry of a page or
+	 * more starts on the next page (wasting less than itself: waiting
+	 * would hold a fast stream behind each write), a smaller one waits
+	 * for that write (a page each would waste most of the ring). */
+	if (p % PAGE && page_in_flight(rf, p) && span >= PAGE)
 		p = round_up(p, PAGE);
 	while (p % PAGE && page_in_flight(rf, p))
 		if ((r = reap(rf, true, err)) < 0)

@@ -511,7 +511,9 @@ static void test_truncated(void **state)
 	assert_int_equal(st.skipped_corrupt, 0);
 	uint64_t lo = expect_tail(rf, 30);
 	assert_int_equal(st.recovered_chunks, 30 - lo);
-	assert_true(30 - lo >= 11); /* entries of 10112 bytes in 128 KiB */
+	/* Entries of 10112 bytes in 128 KiB, each on a fresh page when the
+	 * write before it is still in flight: 12 KiB apiece at worst. */
+	assert_true(30 - lo >= 9);
 	rp_ringfile_close(rf);
 	/* Left empty by a crash right after creation: made anew. */
 	assert_int_equal(truncate(path, 0), 0);
