@@ -123,13 +123,6 @@ static void append_comp(struct rp_ringfile *rf, uint64_t seq, uint32_t comp)
 	assert_int_equal(r, 0);
 }
 
-static void append_range(struct rp_ringfile *rf, uint64_t from, uint64_t to)
-{
-	uint32_t slot = (uint32_t)rp_ringfile_max_chunk(rf);
-	for (uint64_t s = from; s < to; s++)
-		append_comp(rf, s, comp_of(s, slot));
-}
-
 static void sync_ok(struct rp_ringfile *rf)
 {
 	struct rp_err e = { 0 };
@@ -137,6 +130,17 @@ static void sync_ok(struct rp_ringfile *rf)
 	if (r)
 		print_message("sync: %s\n", e.msg);
 	assert_int_equal(r, 0);
+}
+
+/* Chunks from .. to-1, each written before the next: where they go does
+ * not depend on how fast writes complete. */
+static void append_range(struct rp_ringfile *rf, uint64_t from, uint64_t to)
+{
+	uint32_t slot = (uint32_t)rp_ringfile_max_chunk(rf);
+	for (uint64_t s = from; s < to; s++) {
+		append_comp(rf, s, comp_of(s, slot));
+		sync_ok(rf);
+	}
 }
 
 /* Iterate [t0, t1]; the seqs returned (intact, in order) go to seqs. */
@@ -344,10 +348,7 @@ static void test_wraparound(void **state)
 	char path[PATH_LEN];
 	path_in(path, "wrap.ring");
 	struct rp_ringfile *rf = open_ring(path, 8192, 8, 4, false);
-	for (uint64_t s = 0; s < 200; s++) {
-		append_range(rf, s, s + 1);
-		sync_ok(rf); /* packed without a page left for a write in flight */
-	}
+	append_range(rf, 0, 200);
 	uint64_t lo = 0;
 	for (int pass = 0; pass < 2; pass++) {
 		struct rp_ringfile_stats st;
@@ -469,7 +470,6 @@ static void test_truncated(void **state)
 	size_t size;
 	read_file(path, &img, &size);
 	struct entry e3 = entry_of_seq(img, size, 3), e2 = entry_of_seq(img, size, 2);
-	struct entry e4 = entry_of_seq(img, size, 4);
 	free(img);
 
 	/* Inside chunk 3: 0..2 survive, 3 is torn, the rest gone. */
@@ -493,6 +493,10 @@ static void test_truncated(void **state)
 	for (uint64_t s = 0; s < 6; s++)
 		append_comp(rf, s, 10000);
 	rp_ringfile_close(rf);
+	/* Where entry 4 went this time (writes in flight move entries). */
+	read_file(path, &img, &size);
+	struct entry e4 = entry_of_seq(img, size, 4);
+	free(img);
 	assert_int_equal(truncate(path, (off_t)e4.off + 100), 0);
 	rf = open_ring(path, ss, slots, 4, false);
 	struct rp_ringfile_stats st;
@@ -633,10 +637,7 @@ static void wrapped_image(const char *path, uint64_t upto, unsigned char **img, 
 {
 	unlink(path);
 	struct rp_ringfile *rf = open_ring(path, 8192, 8, 4, false);
-	for (uint64_t s = 0; s < upto; s++) {
-		append_range(rf, s, s + 1);
-		sync_ok(rf);
-	}
+	append_range(rf, 0, upto);
 	*lo = expect_tail(rf, upto);
 	rp_ringfile_close(rf);
 	read_file(path, img, size);
@@ -1496,18 +1497,19 @@ static void test_queue_depth(void **state)
 	char path[PATH_LEN];
 	path_in(path, "qd.ring");
 	struct rp_ringfile *rf = open_ring(path, 8192, 128, 32, false);
-	append_range(rf, 0, 100);
+	for (uint64_t s = 0; s < 100; s++) /* many writes in flight */
+		append_comp(rf, s, comp_of(s, 8192));
 	sync_ok(rf);
 	struct rp_ringfile_stats st;
 	rp_ringfile_stats(rf, &st);
 	assert_int_equal(st.written_chunks, 100);
-	assert_int_equal(st.chunks, 100);
-	expect_range(rf, 0, 100);
+	expect_tail(rf, 100);
 	rp_ringfile_close(rf);
 	unlink(path);
 	/* A queue deeper than the ring holds is capped below that. */
 	rf = open_ring(path, 8192, 4, 64, false);
-	append_range(rf, 0, 21);
+	for (uint64_t s = 0; s < 21; s++)
+		append_comp(rf, s, comp_of(s, 8192));
 	sync_ok(rf);
 	expect_tail(rf, 21);
 	rp_ringfile_close(rf);
