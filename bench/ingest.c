@@ -4,12 +4,15 @@
  * peers: plain LZ4_compress_default on the producers' raw records, and
  * memcpy bandwidth.
  *
- *   bench-ingest [--dir DIR] [--events N]
+ *   bench-ingest [--dir DIR] [--events N] [--horizon-only]
  *
  * Phase 1 runs the producers as fast as the pipeline takes their events
  * (they wait for room instead of dropping): what it sustains.  Phase 2
  * paces them at 80% of that with the ordinary never-waiting writes and
- * must show zero drops. */
+ * must show zero drops.  Phase 3 measures the horizon a 64 MiB ring
+ * reaches at 1k, 100k and 10M events/s (time simulated: event timestamps
+ * advance at the rate, a chunk seals every simulated second or when
+ * full) against budget / (compressed bytes per second). */
 #include <errno.h>
 #include <getopt.h>
 #include <lz4.h>
@@ -154,6 +157,68 @@ static int run_ingest(const char *dir, uint64_t pairs_per_producer, double pairs
 	return 0;
 }
 
+#define HORIZON_BUDGET (64ull << 20)
+
+struct horizon_result {
+	double horizon_s;   /* span the ring holds once it has wrapped */
+	double expected_s;  /* budget / compressed bytes per second */
+	double bytes_per_s; /* compressed, chunk headers included */
+};
+
+/* Feed rate events/s of simulated time (ranges, names in an irregular
+ * order) through a drain into a 64 MiB ring, a seal each simulated second,
+ * until it has taken twice its budget. */
+static int run_horizon(const char *dir, double rate, struct horizon_result *res)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/bench-horizon.ring", dir);
+	unlink(path);
+	struct rp_err err = { 0 };
+	struct rp_ringfile *rf;
+	struct rp_ringfile_opts ro = { .device = "host", .budget_bytes = HORIZON_BUDGET };
+	struct rp_drain *d;
+	if (rp_ringfile_open(path, &ro, &rf, &err) < 0 || rp_drain_new(rf, NULL, &d, &err) < 0) {
+		fprintf(stderr, "bench-ingest: %s\n", err.msg);
+		return -1;
+	}
+	uint64_t t0 = rp_clock_now_ns(), ts = t0, seconds = 0;
+	double step = 1e9 / rate, due = (double)t0;
+	uint32_t x = 2463534242u;
+	struct rp_drain_stats ds = { 0 };
+	int rc = 0;
+	while (rc == 0 && ds.comp_bytes < 2 * HORIZON_BUDGET) {
+		uint64_t second_end = t0 + (seconds + 1) * 1000000000ull;
+		for (; rc == 0 && (uint64_t)due < second_end; due += 2 * step) {
+			x ^= x << 13;
+			x ^= x >> 17;
+			x ^= x << 5;
+			ts = (uint64_t)due;
+			struct rp_event ev = { .kind = RP_EV_RANGE_BEGIN, .ts = ts, .pid = 1, .tid = 2,
+					       .name = names[x % NNAMES] };
+			rc = rp_drain_add(d, &ev, &err);
+			ev = (struct rp_event){ .kind = RP_EV_RANGE_END, .ts = ts + (uint64_t)step,
+						.pid = 1, .tid = 2 };
+			if (rc == 0)
+				rc = rp_drain_add(d, &ev, &err);
+		}
+		if (rc == 0)
+			rc = rp_drain_flush(d, &err);
+		seconds++;
+		rp_drain_stats(d, &ds);
+	}
+	struct rp_ringfile_stats rs;
+	rp_ringfile_stats(rf, &rs);
+	if (rc < 0)
+		fprintf(stderr, "bench-ingest: %s\n", err.msg);
+	res->bytes_per_s = (double)ds.comp_bytes / (double)seconds;
+	res->expected_s = (double)HORIZON_BUDGET / res->bytes_per_s;
+	res->horizon_s = (double)(rs.last_ts - rs.first_ts) / 1e9;
+	rp_drain_free(d);
+	rp_ringfile_close(rf);
+	unlink(path);
+	return rc < 0 ? -1 : 0;
+}
+
 struct raw_copy {
 	char *buf;
 	size_t len, cap;
@@ -234,27 +299,54 @@ static double memcpy_gb_per_s(void)
 	return (double)n / best / 1e9;
 }
 
+/* Phase 3: the horizon of a 64 MiB ring at three rates; exit status 1
+ * when one falls below 0.9 of budget / compressed rate. */
+static int report_horizons(const char *dir)
+{
+	static const double rates[] = { 1e3, 1e5, 1e7 };
+	bool short_one = false;
+	printf("  horizon of a 64 MiB ring (simulated time, a seal each second):\n");
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+		struct horizon_result h;
+		if (run_horizon(dir, rates[i], &h) < 0)
+			return 1;
+		double ratio = h.horizon_s / h.expected_s;
+		short_one |= ratio < 0.9;
+		printf("    %8.0f events/s: %10.1f s held, budget / compressed rate (%.0f B/s) = "
+		       "%10.1f s: %.3f\n", rates[i], h.horizon_s, h.bytes_per_s, h.expected_s, ratio);
+		printf("result: rate=%.0f horizon_s=%.1f expected_s=%.1f ratio=%.3f\n", rates[i],
+		       h.horizon_s, h.expected_s, ratio);
+	}
+	return short_one ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = ".";
 	uint64_t events = 40000000;
+	bool horizon_only = false;
 	static const struct option opts[] = {
 		{ "dir", required_argument, NULL, 'd' },
 		{ "events", required_argument, NULL, 'n' },
+		{ "horizon-only", no_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	for (int c; (c = getopt_long(argc, argv, "d:n:h", opts, NULL)) != -1;) {
+	for (int c; (c = getopt_long(argc, argv, "d:n:Hh", opts, NULL)) != -1;) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'n': events = strtoull(optarg, NULL, 10); break;
+		case 'H': horizon_only = true; break;
 		case 'h':
-			printf("usage: bench-ingest [--dir DIR] [--events N]\n"
-			       "Writes DIR/bench-ingest.ring (512 MiB, removed afterwards).\n");
+			printf("usage: bench-ingest [--dir DIR] [--events N] [--horizon-only]\n"
+			       "Writes DIR/bench-ingest.ring (512 MiB) and DIR/bench-horizon.ring\n"
+			       "(64 MiB), removed afterwards.\n");
 			return 0;
 		default: return 2;
 		}
 	}
+	if (horizon_only)
+		return report_horizons(dir);
 	if (events < 1000000) {
 		fprintf(stderr, "bench-ingest: --events must be at least 1000000\n");
 		return 2;
@@ -290,5 +382,5 @@ int main(int argc, char **argv)
 	       "lz4_raw_events_per_s=%.0f lz4_raw_mb_per_s=%.0f memcpy_gb_per_s=%.2f ratio_vs_lz4=%.2f\n",
 	       flat_rate, flat.bytes_per_event, paced_rate, (unsigned long long)paced.drops, lz4_rate,
 	       lz4_mb, mem, flat_rate / lz4_rate);
-	return 0;
+	return report_horizons(dir);
 }

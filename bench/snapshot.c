@@ -67,8 +67,9 @@
 #define DEFAULT_BUDGET (1ull << 30)
 #define SEAL_INTERVAL "100ms"
 #define PRODUCER_RING (1ull << 20)  /* [producers] ring_size: the default */
-/* Writes in flight per ring file, each of a slot: ringbuf/ringfile.c's
- * DEFAULT_QUEUE_DEPTH, which the daemon uses. */
+/* Writes in flight per ring file, each of up to a largest chunk
+ * (slot_size) and two pages: ringbuf/ringfile.c's DEFAULT_QUEUE_DEPTH,
+ * which the daemon uses. */
 #define RING_QUEUE_DEPTH 16
 #define RSS_TARGET_MIB 32.0
 #define FREEZE_TARGET_MS 10.0

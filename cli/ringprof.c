@@ -424,8 +424,8 @@ static const char *short_reason(const json_t *req, const json_t *cov, char *buf,
 	json_int_t boot_wall = jint(req, "end_wall_ns") - jint(req, "end_ns");
 	if (jint(req, "start_ns") == 0 && jint(req, "start_wall_ns") < boot_wall)
 		fmt_len((uint64_t)(jint(req, "end_wall_ns") - boot_wall), up, sizeof(up));
-	snprintf(buf, len, "%s%s%sthe rings hold %s: raise [rings] budget for more", up[0] ?
-		 "the host booted " : "", up, up[0] ? " before the window's end; " : "", held);
+	snprintf(buf, len, "%s%s%sthe rings hold %s", up[0] ? "the host booted " : "", up,
+		 up[0] ? " before the window's end; " : "", held);
 	return buf;
 }
 
@@ -595,6 +595,53 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	return EXIT_SUCCESS;
 }
 
+/* Why a ring held less than was asked for, and the lever that keeps
+ * more: its max_age when that is what limits it, its budget when it is
+ * full, nothing when it has not been recording that long. */
+static void print_ring_lever(const json_t *ring)
+{
+	double fill = json_number_value(json_object_get(ring, "fill"));
+	double horizon = json_number_value(json_object_get(ring, "horizon_s"));
+	double max_age = json_number_value(json_object_get(ring, "max_age_s"));
+	const char *dev = jstr(ring, "device");
+	char hor[32], age[32], budget[32];
+	fmt_seconds(horizon, hor, sizeof(hor));
+	fmt_seconds(max_age, age, sizeof(age));
+	rp_format_size((uint64_t)jint(ring, "budget_bytes"), budget, sizeof(budget));
+	if (max_age > 0 && horizon >= 0.9 * max_age)
+		printf("  ring %s holds %s, its max_age (%s): raise or remove max_age "
+		       "([ring.%s] or [rings])\n", dev, hor, age, dev);
+	else if (fill >= 0.9)
+		printf("  ring %s is full: its budget of %s holds %s at the current rate: raise "
+		       "budget ([ring.%s] or [rings])\n", dev, budget, hor, dev);
+	else
+		printf("  ring %s holds %s, %.0f%% of its budget: it has not been recording "
+		       "longer; it reaches further back as ringprofd keeps running\n", dev, hor,
+		       fill * 100);
+}
+
+/* A snapshot that covered less than requested: by how much, and why. */
+static void print_short_coverage(struct args *a, const json_t *s)
+{
+	const json_t *req = json_object_get(s, "requested"), *cov = json_object_get(s, "covered");
+	if (!req || !cov || !window_len(cov) || window_len(cov) + 1000000 >= window_len(req))
+		return;
+	/* The covered line said how much; this says why, ring by ring. */
+	printf("why: a ring keeps about budget / (compressed bytes per second), up to its "
+	       "max_age:\n");
+	json_t *r = NULL;
+	struct rp_err err = { 0 };
+	if (rp_client_call(a->client, "GET", "/v1/status", NULL, &r, &err) < 0) {
+		printf("  (ringprof status shows each ring's FILL and HORIZON)\n");
+		return;
+	}
+	size_t i;
+	const json_t *ring;
+	json_array_foreach(json_object_get(r, "rings"), i, ring)
+		print_ring_lever(ring);
+	json_decref(r);
+}
+
 /* ---- waiting for exports (--wait) ---- */
 
 static uint64_t mono_ns(void)
@@ -718,6 +765,8 @@ static int show_session(struct args *a, json_t *s)
 		rc = daemon_error(&err);
 	else if (a->val[O_WAIT] && print_exports(s, !a->val[O_JSON]))
 		rc = EXIT_FAILURE;
+	if (!a->val[O_JSON])
+		print_short_coverage(a, s);
 	json_decref(s);
 	return rc;
 }

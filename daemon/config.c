@@ -273,6 +273,20 @@ static int set_slot_size(struct rp_config *c, struct rp_ring_config *r, const ch
 	return 0;
 }
 
+/* Chunks older than this behind the newest leave the ring even when its
+ * budget would hold them; "none" (the default): only the budget counts. */
+#define MAX_AGE_NONE UINT64_MAX
+static int set_max_age(struct rp_config *c, struct rp_ring_config *r, const char *v,
+		       struct rp_err *err)
+{
+	if (strcmp(v, "none") == 0) {
+		/* A device's own "none" must override an age in [rings]. */
+		r->max_age_ns = r == &c->ring_default ? 0 : MAX_AGE_NONE;
+		return 0;
+	}
+	return duration_in(v, SEC, 366 * 24 * 3600 * SEC, &r->max_age_ns, err);
+}
+
 static int set_ring_size(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			 struct rp_err *err)
 {
@@ -670,8 +684,10 @@ static const struct section_def {
 		     {"header_timeout", set_api_header_timeout},
 		     {"max_requests", set_api_max_requests},
 		     {"max_snapshots", set_api_max_snapshots})},
-	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
-	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size})},
+	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size},
+		       {"max_age", set_max_age})},
+	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size},
+		       {"max_age", set_max_age})},
 	{"producers", KEYS({"ring_size", set_ring_size}, {"max_rings", set_max_rings},
 			   {"max_rings_per_process", set_max_rings_per_process},
 			   {"max_shm", set_max_shm}, {"max_devices", set_max_devices},
@@ -941,6 +957,14 @@ void rp_config_ring(const struct rp_config *c, const char *device, uint64_t *bud
 	*slot_size = r && r->slot_size ? r->slot_size : c->ring_default.slot_size;
 }
 
+uint64_t rp_config_ring_max_age(const struct rp_config *c, const char *device)
+{
+	int i = device ? ring_index(c, device) : -1;
+	const struct rp_ring_config *r = i >= 0 ? &c->rings[i] : NULL;
+	uint64_t age = r && r->max_age_ns ? r->max_age_ns : c->ring_default.max_age_ns;
+	return age == MAX_AGE_NONE ? 0 : age;
+}
+
 static int check_ring(const struct rp_config *c, const char *device, struct rp_err *err)
 {
 	uint64_t budget;
@@ -1060,6 +1084,14 @@ static void print_duration(FILE *out, const char *key, uint64_t ns)
 	fprintf(out, "%s = %s\n", key, buf);
 }
 
+static void print_max_age(FILE *out, uint64_t ns)
+{
+	if (ns && ns != MAX_AGE_NONE)
+		print_duration(out, "max_age", ns);
+	else
+		fprintf(out, "max_age = none\n");
+}
+
 static void print_size(FILE *out, const char *key, uint64_t bytes)
 {
 	char buf[32];
@@ -1087,6 +1119,7 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	fprintf(out, "\n[rings]\n");
 	print_size(out, "budget", c->ring_default.budget_bytes);
 	print_size(out, "slot_size", c->ring_default.slot_size);
+	print_max_age(out, c->ring_default.max_age_ns);
 	for (unsigned i = 0; i < c->nrings; i++) {
 		const struct rp_ring_config *r = &c->rings[i];
 		fprintf(out, "\n[ring.%s]\n", r->device);
@@ -1094,6 +1127,8 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 			print_size(out, "budget", r->budget_bytes);
 		if (r->slot_size)
 			print_size(out, "slot_size", r->slot_size);
+		if (r->max_age_ns)
+			print_max_age(out, r->max_age_ns);
 	}
 	fprintf(out, "\n[producers]\n");
 	print_size(out, "ring_size", c->producer_ring_size);

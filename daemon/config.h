@@ -62,7 +62,8 @@ struct rp_rule_config {
 struct rp_ring_config {
 	char device[64];      /* "host", "gpu0", ...; "" = the default for all */
 	uint64_t budget_bytes;
-	uint32_t slot_size;
+	uint32_t slot_size;   /* largest chunk */
+	uint64_t max_age_ns;  /* 0: unset (none, or [ring.X]: inherit [rings]); UINT64_MAX: "none" */
 };
 
 struct rp_config {
@@ -137,6 +138,8 @@ int rp_config_load(struct rp_config *c, const char *path, struct rp_err *err);
 /* Budget and slot size for a device ring (per-device section or default). */
 void rp_config_ring(const struct rp_config *c, const char *device,
 		    uint64_t *budget_bytes, uint32_t *slot_size);
+/* max_age for a device ring (per-device section or default); 0: none. */
+uint64_t rp_config_ring_max_age(const struct rp_config *c, const char *device);
 /* Check cross-field rules (tcp_listen needs token_file, sizes, ...). */
 int rp_config_check(const struct rp_config *c, struct rp_err *err);
 /* Print the effective configuration in the INI syntax it reads. */

@@ -960,23 +960,33 @@ static int op_session_list(void *ctx, json_t **out, struct rp_err *err)
 	return 0;
 }
 
+/* FILL: bytes held over the budget; HORIZON: the time span held. */
+static double ring_fill(const struct rp_ring_info *i)
+{
+	return i->budget_bytes ? (double)i->file.bytes_used / (double)i->budget_bytes : 0.0;
+}
+
+static double ring_horizon_s(const struct rp_ringfile_stats *f)
+{
+	return f->chunks ? (double)(f->last_ts - f->first_ts) / 1e9 : 0.0;
+}
+
 static json_t *ring_json(const struct rp_ring_info *i)
 {
 	const struct rp_ringfile_stats *f = &i->file;
-	uint64_t capacity = (uint64_t)f->slot_count * f->slot_size;
 	json_t *corrupt = json_array();
 	for (unsigned k = 0; k < i->ncorrupt; k++)
 		json_array_append_new(corrupt, json_pack("{s:I, s:I, s:I}",
 			"pid", (json_int_t)i->corrupt[k].pid, "tid", (json_int_t)i->corrupt[k].tid,
 			"corrupt_records", (json_int_t)i->corrupt[k].corrupt));
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:b, s:I, s:o}",
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:b, s:I, s:o}",
 			 "device", i->device, "path", i->path,
 			 "budget_bytes", (json_int_t)i->budget_bytes,
 			 "slot_size", (json_int_t)f->slot_size, "slots", (json_int_t)f->slot_count,
 			 "chunks", (json_int_t)f->chunks, "bytes_used", (json_int_t)f->bytes_used,
-			 "fill", capacity ? (double)f->chunks * f->slot_size / (double)capacity : 0.0,
+			 "fill", ring_fill(i),
 			 "events", (json_int_t)f->events, "raw_bytes", (json_int_t)f->raw_bytes,
-			 "horizon_s", f->chunks ? (double)(f->last_ts - f->first_ts) / 1e9 : 0.0,
+			 "horizon_s", ring_horizon_s(f), "max_age_s", (double)f->max_age_ns / 1e9,
 			 "first_ns", (json_int_t)f->first_ts, "last_ns", (json_int_t)f->last_ts,
 			 "dropped", (json_int_t)i->drain.producer_drops,
 			 "producers", (json_int_t)i->drain.producers, "direct_io", f->direct_io,
@@ -1071,7 +1081,7 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 	static const struct {
 		const char *name, *type, *help;
 	} ring_metrics[] = {
-		{ "ringprof_ring_fill_ratio", "gauge", "Fraction of the ring's slots holding data." },
+		{ "ringprof_ring_fill_ratio", "gauge", "Bytes the ring holds over its budget." },
 		{ "ringprof_ring_horizon_seconds", "gauge", "Time span the ring holds now." },
 		{ "ringprof_ring_events", "gauge", "Events held in the ring now." },
 		{ "ringprof_ring_bytes", "gauge", "Compressed bytes held in the ring now." },
@@ -1091,8 +1101,7 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 		for (unsigned i = 0; i < n; i++) {
 			const struct rp_ringfile_stats *s = &info[i].file;
 			double v[] = {
-				s->slot_count ? (double)s->chunks / s->slot_count : 0,
-				s->chunks ? (double)(s->last_ts - s->first_ts) / 1e9 : 0,
+				ring_fill(&info[i]), ring_horizon_s(s),
 				(double)s->events, (double)s->bytes_used, (double)info[i].budget_bytes,
 				(double)info[i].drain.producer_drops, (double)info[i].drain.events,
 				(double)info[i].drain.producers, (double)info[i].drain.corrupt_records,

@@ -244,12 +244,19 @@ static int open_device(struct rp_rings *r, const char *name, struct device **out
 		.device_id = atomic_load(&r->ndevices),
 		.budget_bytes = d->budget,
 		.slot_size = slot_size,
+		.max_age_ns = rp_config_ring_max_age(r->cfg, name),
 	};
 	int rc = rp_ringfile_open(d->path, &ro, &d->rf, err);
 	if (rc < 0) {
 		free(d);
 		return rc;
 	}
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(d->rf, &st);
+	if (st.converted)
+		fprintf(stderr, "ringprofd: ring %s: %s was a format version 1 ring file: its %llu "
+			"chunks were converted to version 2, which replaced it\n", name, d->path,
+			(unsigned long long)st.converted_chunks);
 	struct rp_drain_opts dopts = { .seal_interval_ns = r->cfg->seal_interval_ns,
 				       .on_detach = ring_detached, .detach_ctx = r };
 	rc = rp_drain_new(d->rf, &dopts, &d->drain, err);

@@ -32,9 +32,10 @@ cp build-asan/meson-logs/testlog.json build-asan/testlog-unit.json 2>/dev/null
 # Python and the compilers the tests start load the sanitized libringprof
 # without being built with ASan: its runtime must be preloaded into them,
 # and their own leaks are not ours (the unit pass checks for leaks).
+# Sanitized, the suite runs several times slower: so may its tests.
 RINGPROF_SANITIZED=1 LD_PRELOAD=$(cc -print-file-name=libasan.so) \
   UBSAN_OPTIONS=$ubsan ASAN_OPTIONS=detect_leaks=0 \
-  meson test -C build-asan --suite integration --print-errorlogs \
+  meson test -C build-asan --suite integration --timeout-multiplier 3 --print-errorlogs \
   --num-processes 2 || status=1
 
 python3 - build/testlog-full.json build-asan/testlog-unit.json build-asan/meson-logs/testlog.json <<'PY'

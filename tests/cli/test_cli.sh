@@ -70,12 +70,13 @@ expect_out "/tmp/fake-sessions/short/plugins/profile/s1" snapshot
 grep -qE '^requested +10s ' <<<"$out" || fail "snapshot: no requested 10s line"
 grep -qE '^covered +5s ' <<<"$out" || fail "snapshot: no covered 5s line"
 # The reason is on the covered line, and what was asked stays on requested.
-grep -qE '^covered +5s .* \(the rings hold 5s: raise \[rings\] budget for more\)$' <<<"$out" ||
+grep -qE '^covered +5s .* \(the rings hold 5s\)$' <<<"$out" ||
   fail "snapshot: covered 5s without its reason"
+expect_out "why: a ring keeps about budget" snapshot
 grep -qE '^gpu0 +34 +1 +2 +2.1 KiB$' <<<"$out" || fail "snapshot: gpu0 row"
 run snapshot --last 2s
 expect_rc 0 "full snapshot"
-expect_no_out "raise [rings] budget" "full snapshot"
+expect_no_out "why: a ring keeps" "full snapshot"
 run snapshot --end 2020-01-02T03:04:05Z --last 1s --json
 expect_rc 0 "snapshot --end"
 is_json requested

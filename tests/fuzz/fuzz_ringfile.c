@@ -1,7 +1,8 @@
-/* Fuzz the ring file reader: the input is a whole ring file.  It is
- * opened read-only (recovery), every chunk is iterated and the stats are
- * taken; whatever the bytes, nothing may crash, hang or leak, and only
- * intact chunks may come out. */
+/* Fuzz the ring file reader: the input is a whole ring file, version 1
+ * (slots) or 2 (packed entries).  It is opened read-only (recovery), every
+ * chunk is iterated and the stats are taken; whatever the bytes, nothing
+ * may crash, hang or leak, only intact chunks may come out, in seq order,
+ * and the counts must describe exactly what came out. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,19 +22,25 @@ static void check_ring(struct rp_ringfile *rf)
 	const void *chunk;
 	size_t len;
 	struct rp_chunk_header h;
-	uint64_t n = 0, last = 0;
+	uint64_t n = 0, last = 0, bytes = 0;
 	while (rp_ringfile_iter_next(it, &chunk, &len, &h) == 1) {
 		if (rp_chunk_header_check(chunk, len, NULL, NULL) != 0 || (n && h.seq <= last))
 			abort();
 		last = h.seq;
+		bytes += len;
 		n++;
 	}
 	rp_ringfile_iter_free(it);
 	struct rp_ringfile_stats st;
 	rp_ringfile_stats(rf, &st);
-	/* Nothing changes the file meanwhile: every chunk held is returned. */
+	/* Nothing changes the file meanwhile: every chunk held is returned.
+	 * Version 1 finds at most a chunk per slot, version 2 at most one per
+	 * 64 bytes, within the budget. */
+	uint64_t most = st.format_version == 1 ? st.slot_count : st.capacity_bytes / 64;
+	uint64_t frames = st.format_version == 1 ? 0 : 32 * n;
 	if (st.chunks != n || st.recovered_chunks != n ||
-	    st.recovered_chunks + st.skipped_corrupt > st.slot_count ||
+	    st.recovered_chunks + st.skipped_corrupt > most ||
+	    st.bytes_used != bytes + frames || st.bytes_used > st.capacity_bytes ||
 	    (n && (st.next_seq != last + 1 || st.first_ts > st.last_ts)))
 		abort();
 	if (rp_ringfile_append(rf, "", 0, NULL) != -EROFS)

@@ -239,6 +239,15 @@ static void ring_fallback(void **state)
 	rp_config_ring(&c, NULL, &budget, &slot);
 	assert_int_equal(budget, 128 * MiB);
 	assert_int_equal(slot, 64 * KiB);
+	/* max_age: none by default; a device's own value, "none" included,
+	 * overrides [rings]. */
+	assert_int_equal(rp_config_ring_max_age(&c, "gpu0"), 0);
+	assert_int_equal(load_text(&c, "[ring.gpu0]\nmax_age = none\n[ring.gpu1]\nbudget = 1GiB\n"
+				   "[rings]\nmax_age = 2h\n", &err), 0);
+	assert_int_equal(rp_config_ring_max_age(&c, "gpu0"), 0);
+	assert_int_equal(rp_config_ring_max_age(&c, "gpu1"), 7200ull * 1000000000ull);
+	assert_int_equal(rp_config_ring_max_age(&c, NULL), 7200ull * 1000000000ull);
+	assert_int_equal(load_text(&c, "[rings]\nmax_age = 10ms\n", &err), -ERANGE);
 }
 
 struct bad_file {
@@ -275,7 +284,7 @@ static void load_errors(void **state)
 
 	const struct bad_file t[] = {
 		{"[ring.gpu0]\nbudget = 8MiB\n\nbudgt = 1GiB\n", -EINVAL, 4,
-		 "unknown key 'budgt' in [ring.gpu0]; known keys: budget, slot_size"},
+		 "unknown key 'budgt' in [ring.gpu0]; known keys: budget, slot_size, max_age"},
 		{"[daemon]\nsockt = /x\n", -EINVAL, 2,
 		 "unknown key 'sockt' in [daemon]; known keys: socket, state_dir, logdir, "
 		 "poll_interval, seal_interval, host_name"},

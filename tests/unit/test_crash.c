@@ -19,7 +19,7 @@
 #include "drain.h"
 #include "ringfile.h"
 
-#define BUDGET (4u << 20) /* 63 slots of 64 KiB: the stream wraps */
+#define BUDGET (4u << 20) /* chunks of up to 64 KiB, sealed every 1 ms: the stream wraps */
 
 /* What the child tells the parent after each completed flush. */
 struct report {
@@ -91,6 +91,10 @@ static void test_sigkill_mid_stream(void **state)
 	/* Everything sealed before the kill is within reach of recovery. */
 	assert_true(st.next_seq > last.last_sealed_seq);
 	assert_true(st.chunks > 0);
+	/* Small chunks packed: the ring holds most of its budget, not a
+	 * chunk per 64 KiB. */
+	assert_true(st.bytes_used >= st.capacity_bytes / 2);
+	assert_true(st.chunks > st.capacity_bytes / (64 << 10));
 
 	struct rp_ringfile_iter *it;
 	struct rp_chunk_reader *reader;

@@ -1,6 +1,9 @@
-/* Ring files: creation, recovery from damage, wrap-around, windows,
- * concurrent readers, pins, and the errors a user can run into.  Chunks
- * are framed payload bytes (rp_chunk_header_write), not encoded events. */
+/* Ring files: creation, recovery from damage (torn writes at every
+ * offset, bit flips, truncation, stale chunks of an older lap), packing
+ * and wrap-around, windows, concurrent readers, pins, max_age, the
+ * conversion of a version-1 file, and the errors a user can run into.
+ * Chunks are framed payload bytes (rp_chunk_header_write), not encoded
+ * events. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -120,13 +123,6 @@ static void append_comp(struct rp_ringfile *rf, uint64_t seq, uint32_t comp)
 	assert_int_equal(r, 0);
 }
 
-static void append_range(struct rp_ringfile *rf, uint64_t from, uint64_t to)
-{
-	uint32_t slot = (uint32_t)rp_ringfile_max_chunk(rf);
-	for (uint64_t s = from; s < to; s++)
-		append_comp(rf, s, comp_of(s, slot));
-}
-
 static void sync_ok(struct rp_ringfile *rf)
 {
 	struct rp_err e = { 0 };
@@ -134,6 +130,17 @@ static void sync_ok(struct rp_ringfile *rf)
 	if (r)
 		print_message("sync: %s\n", e.msg);
 	assert_int_equal(r, 0);
+}
+
+/* Chunks from .. to-1, each written before the next: where they go does
+ * not depend on how fast writes complete. */
+static void append_range(struct rp_ringfile *rf, uint64_t from, uint64_t to)
+{
+	uint32_t slot = (uint32_t)rp_ringfile_max_chunk(rf);
+	for (uint64_t s = from; s < to; s++) {
+		append_comp(rf, s, comp_of(s, slot));
+		sync_ok(rf);
+	}
 }
 
 /* Iterate [t0, t1]; the seqs returned (intact, in order) go to seqs. */
@@ -154,6 +161,22 @@ static size_t collect(struct rp_ringfile *rf, uint64_t t0, uint64_t t1, uint64_t
 		seqs[n++] = h.seq;
 	}
 	assert_int_equal(r, 0);
+	rp_ringfile_iter_free(it);
+	return n;
+}
+
+/* Each chunk held, of any content: its seq and CRC32C, in order. */
+static size_t collect_ids(struct rp_ringfile *rf, uint64_t *ids, size_t max)
+{
+	struct rp_ringfile_iter *it;
+	assert_int_equal(rp_ringfile_iter_new(rf, 0, UINT64_MAX, &it), 0);
+	const void *chunk;
+	size_t len, n = 0;
+	struct rp_chunk_header h;
+	while (rp_ringfile_iter_next(it, &chunk, &len, &h) == 1) {
+		assert_true(n < max);
+		ids[n++] = h.seq << 32 | rp_crc32c(chunk, len);
+	}
 	rp_ringfile_iter_free(it);
 	return n;
 }
@@ -189,9 +212,80 @@ static void write_file(const char *path, const void *buf, size_t len)
 	close(fd);
 }
 
-static uint64_t slot_off(uint32_t slot_size, uint32_t i)
+static uint32_t le32(const unsigned char *p)
 {
-	return RP_RINGFILE_HEADER_SIZE + (uint64_t)i * slot_size;
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t le64(const unsigned char *p) { return le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* An entry of a version-2 file, as docs/ring-format.md section 4 tells a
+ * reader to find it: file offset of its frame, position, seq, chunk
+ * length. */
+struct entry {
+	uint64_t off, pos, seq;
+	uint32_t len;
+};
+
+/* The entries of a file image whose frames are intact, in file order. */
+static size_t find_entries(const unsigned char *img, size_t size, struct entry *out, size_t max)
+{
+	uint64_t data = le64(img + 104);
+	size_t n = 0;
+	for (uint64_t o = 0; o + 32 <= data && RP_RINGFILE_HEADER_SIZE + o + 32 <= size; o += 64) {
+		const unsigned char *f = img + RP_RINGFILE_HEADER_SIZE + o;
+		unsigned char salted[8 + 28];
+		memcpy(salted, img + 112, 8);
+		memcpy(salted + 8, f, 28);
+		if (le32(f) != 0x45525052 || rp_crc32c(salted, sizeof(salted)) != le32(f + 28))
+			continue;
+		assert_true(n < max);
+		out[n++] = (struct entry){ RP_RINGFILE_HEADER_SIZE + o, le64(f + 8), le64(f + 16),
+					   le32(f + 4) };
+	}
+	return n;
+}
+
+/* The entry of seq in a file image. */
+static struct entry entry_of_seq(const unsigned char *img, size_t size, uint64_t seq)
+{
+	static struct entry all[4096];
+	size_t n = find_entries(img, size, all, 4096);
+	for (size_t i = 0; i < n; i++)
+		if (all[i].seq == seq)
+			return all[i];
+	fail_msg("no entry of seq %llu", (unsigned long long)seq);
+	return all[0];
+}
+
+/* The chunks held are exactly a run ending at next - 1; returns its
+ * first seq. */
+static uint64_t expect_tail(struct rp_ringfile *rf, uint64_t next)
+{
+	static uint64_t seqs[8192];
+	size_t n = collect(rf, 0, UINT64_MAX, seqs, 8192);
+	assert_true(n > 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(seqs[i], next - n + i);
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.chunks, n);
+	assert_int_equal(st.oldest_seq, next - n);
+	assert_int_equal(st.next_seq, next);
+	return next - n;
+}
+
+static uint64_t oldest_of(struct rp_ringfile *rf)
+{
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(rf, &st);
+	return st.oldest_seq;
 }
 
 static void test_create_reopen(void **state)
@@ -204,8 +298,9 @@ static void test_create_reopen(void **state)
 	rp_ringfile_stats(rf, &st);
 	assert_string_equal(st.device, DEV);
 	assert_int_equal(st.device_id, DEV_ID);
+	assert_int_equal(st.format_version, 2);
 	assert_int_equal(st.slot_size, 16384);
-	assert_int_equal(st.slot_count, 8);
+	assert_int_equal(st.capacity_bytes, 8 * 16384);
 	assert_int_equal(st.chunks, 0);
 	assert_int_equal(st.next_seq, 0);
 	assert_int_equal(st.first_ts, 0);
@@ -245,28 +340,31 @@ static void test_create_reopen(void **state)
 	rp_ringfile_close(rf);
 }
 
+/* Chunks of any size fill the whole budget, oldest overwritten first; the
+ * counts describe exactly the chunks held, before and after reopening. */
 static void test_wraparound(void **state)
 {
 	(void)state;
 	char path[PATH_LEN];
 	path_in(path, "wrap.ring");
-	const uint32_t slots = 8;
-	struct rp_ringfile *rf = open_ring(path, 8192, slots, 4, false);
-	append_range(rf, 0, 5 * slots);
-	sync_ok(rf);
+	struct rp_ringfile *rf = open_ring(path, 8192, 8, 4, false);
+	append_range(rf, 0, 200);
+	uint64_t lo = 0;
 	for (int pass = 0; pass < 2; pass++) {
 		struct rp_ringfile_stats st;
 		rp_ringfile_stats(rf, &st);
-		assert_int_equal(st.chunks, slots);
-		assert_int_equal(st.oldest_seq, 4 * slots);
-		assert_int_equal(st.next_seq, 5 * slots);
-		assert_int_equal(st.first_ts, ts_first(4 * slots));
-		assert_int_equal(st.last_ts, ts_last(5 * slots - 1));
+		if (pass == 0)
+			lo = expect_tail(rf, 200);
+		else
+			expect_range(rf, lo, 200);
+		assert_true(lo > 0);
+		assert_int_equal(st.first_ts, ts_first(lo));
+		assert_int_equal(st.last_ts, ts_last(199));
 		uint64_t events = 0, bytes = 0, raw = 0, dropped = 0;
-		for (uint64_t s = 4 * slots; s < 5 * slots; s++) {
+		for (uint64_t s = lo; s < 200; s++) {
 			uint32_t comp = comp_of(s, 8192);
 			events += events_of(s);
-			bytes += RP_CHUNK_HEADER_SIZE + comp;
+			bytes += 32 + RP_CHUNK_HEADER_SIZE + comp;
 			raw += comp * 2 + 8;
 			dropped += dropped_of(s);
 		}
@@ -275,11 +373,37 @@ static void test_wraparound(void **state)
 		assert_int_equal(st.raw_bytes, raw);
 		assert_int_equal(st.dropped, dropped);
 		assert_int_equal(st.skipped_corrupt, 0);
-		assert_int_equal(st.recovered_chunks, pass ? slots : 0);
-		expect_range(rf, 4 * slots, 5 * slots);
+		assert_int_equal(st.recovered_chunks, pass ? 200 - lo : 0);
+		/* Full: less is free than the largest entry, its page and the
+		 * 64-byte rounding of each entry. */
+		assert_true(bytes + 8192 + 64 + 4096 + 64 * (200 - lo) >= st.capacity_bytes);
 		rp_ringfile_close(rf);
 		rf = open_ro(path);
 	}
+	rp_ringfile_close(rf);
+}
+
+/* At a light rate the ring holds many small chunks: the horizon is set
+ * by bytes, not by a count of slots (version 1 held 8 here). */
+static void test_small_chunks_packed(void **state)
+{
+	(void)state;
+	char path[PATH_LEN];
+	path_in(path, "packed.ring");
+	struct rp_ringfile *rf = open_ring(path, 8192, 16, 4, false);
+	for (uint64_t s = 0; s < 3000; s++)
+		append_comp(rf, s, 36 + (uint32_t)(s % 5)); /* entries of 192 bytes */
+	sync_ok(rf);
+	uint64_t lo = expect_tail(rf, 3000);
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(rf, &st);
+	print_message("%llu chunks of about 100 bytes held in %llu bytes\n",
+		      (unsigned long long)st.chunks, (unsigned long long)st.capacity_bytes);
+	/* Less is free than an entry, a page and the 64-byte rounding. */
+	assert_true((3000 - lo) * 192 + 192 + 4096 >= st.capacity_bytes);
+	rp_ringfile_close(rf);
+	rf = open_ro(path);
+	expect_range(rf, lo, 3000);
 	rp_ringfile_close(rf);
 }
 
@@ -342,12 +466,17 @@ static void test_truncated(void **state)
 	for (uint64_t s = 0; s < 6; s++)
 		append_comp(rf, s, 10000); /* three pages each */
 	rp_ringfile_close(rf);
+	unsigned char *img;
+	size_t size;
+	read_file(path, &img, &size);
+	struct entry e3 = entry_of_seq(img, size, 3), e2 = entry_of_seq(img, size, 2);
+	free(img);
 
-	/* Inside slot 3's chunk: 0..2 survive, 3 is torn, the rest gone. */
-	assert_int_equal(truncate(path, (off_t)slot_off(ss, 3) + 5000), 0);
+	/* Inside chunk 3: 0..2 survive, 3 is torn, the rest gone. */
+	assert_int_equal(truncate(path, (off_t)e3.off + 5000), 0);
 	expect_recovery(path, 3, 1, 3);
-	/* At the boundary of slot 2: nothing torn. */
-	assert_int_equal(truncate(path, (off_t)slot_off(ss, 2)), 0);
+	/* At the start of entry 2: nothing torn. */
+	assert_int_equal(truncate(path, (off_t)e2.off), 0);
 	expect_recovery(path, 2, 0, 2);
 	/* Inside the header. */
 	assert_int_equal(truncate(path, 50), 0);
@@ -358,13 +487,17 @@ static void test_truncated(void **state)
 	assert_null(bad);
 
 	/* Opening a truncated file for writing grows it back, keeping what
-	 * it holds. */
+	 * it holds, and writes on after the last intact chunk. */
 	unlink(path);
 	rf = open_ring(path, ss, slots, 4, false);
 	for (uint64_t s = 0; s < 6; s++)
 		append_comp(rf, s, 10000);
 	rp_ringfile_close(rf);
-	assert_int_equal(truncate(path, (off_t)slot_off(ss, 4) + 100), 0);
+	/* Where entry 4 went this time (writes in flight move entries). */
+	read_file(path, &img, &size);
+	struct entry e4 = entry_of_seq(img, size, 4);
+	free(img);
+	assert_int_equal(truncate(path, (off_t)e4.off + 100), 0);
 	rf = open_ring(path, ss, slots, 4, false);
 	struct rp_ringfile_stats st;
 	rp_ringfile_stats(rf, &st);
@@ -373,17 +506,18 @@ static void test_truncated(void **state)
 	assert_int_equal(st.next_seq, 4);
 	struct stat fst;
 	assert_int_equal(stat(path, &fst), 0);
-	assert_int_equal(fst.st_size, (off_t)slot_off(ss, slots));
-	for (uint64_t s = 4; s < 12; s++)
+	assert_int_equal(fst.st_size, RP_RINGFILE_HEADER_SIZE + slots * ss);
+	for (uint64_t s = 4; s < 30; s++)
 		append_comp(rf, s, 10000);
 	rp_ringfile_close(rf);
 	rf = open_ro(path);
 	rp_ringfile_stats(rf, &st);
-	assert_int_equal(st.recovered_chunks, slots);
 	assert_int_equal(st.skipped_corrupt, 0);
-	uint64_t seqs[16];
-	assert_int_equal(collect(rf, 0, UINT64_MAX, seqs, 16), slots);
-	assert_int_equal(seqs[0], 4);
+	uint64_t lo = expect_tail(rf, 30);
+	assert_int_equal(st.recovered_chunks, 30 - lo);
+	/* Entries of 10112 bytes in 128 KiB, each on a fresh page when the
+	 * write before it is still in flight: 12 KiB apiece at worst. */
+	assert_true(30 - lo >= 9);
 	rp_ringfile_close(rf);
 	/* Left empty by a crash right after creation: made anew. */
 	assert_int_equal(truncate(path, 0), 0);
@@ -393,6 +527,14 @@ static void test_truncated(void **state)
 	append_range(rf, 0, 2);
 	rp_ringfile_close(rf);
 	expect_recovery(path, 2, 0, 2);
+}
+
+/* Which entries of img a changed byte at file offset at belongs to. */
+static void mark_entry(const struct entry *all, size_t n, uint64_t at, bool *hit)
+{
+	for (size_t i = 0; i < n; i++)
+		if (at >= all[i].off && at < all[i].off + 32 + all[i].len)
+			hit[all[i].seq] = true;
 }
 
 static void test_bitflips(void **state)
@@ -409,20 +551,23 @@ static void test_bitflips(void **state)
 	read_file(path, &pristine, &size);
 	img = malloc(size);
 	assert_non_null(img);
+	static struct entry all[64];
+	size_t nall = find_entries(pristine, size, all, 64);
+	assert_int_equal(nall, slots); /* no wrap: every chunk is there */
 
-	/* One bit flipped past the magic of ten chunks: all ten caught. */
+	/* One bit flipped past the frame magic of ten entries: all ten
+	 * caught. */
 	memcpy(img, pristine, size);
-	bool flipped[32] = { false };
+	bool flipped[64] = { false };
 	srand(11);
 	for (int k = 0; k < 10;) {
 		uint32_t i = (uint32_t)rand() % slots;
-		if (flipped[i])
+		if (flipped[all[i].seq])
 			continue;
-		flipped[i] = true;
+		flipped[all[i].seq] = true;
 		k++;
-		size_t len = RP_CHUNK_HEADER_SIZE + comp_of(i, ss);
-		size_t at = 4 + (size_t)rand() % (len - 4);
-		img[slot_off(ss, i) + at] ^= (unsigned char)(1u << (rand() % 8));
+		size_t at = 4 + (size_t)rand() % (32 + all[i].len - 4);
+		img[all[i].off + at] ^= (unsigned char)(1u << (rand() % 8));
 	}
 	write_file(path, img, size);
 	rf = open_ro(path);
@@ -439,7 +584,7 @@ static void test_bitflips(void **state)
 	rp_ringfile_close(rf);
 
 	/* Many flips anywhere, header included: never a crash, only intact
-	 * chunks, every untouched slot found. */
+	 * chunks, every untouched entry found. */
 	for (int round = 0; round < 40; round++) {
 		memcpy(img, pristine, size);
 		memset(flipped, 0, sizeof(flipped));
@@ -447,8 +592,7 @@ static void test_bitflips(void **state)
 		for (int k = 0; k < flips; k++) {
 			size_t at = (size_t)rand() % size;
 			img[at] ^= (unsigned char)(1u << (rand() % 8));
-			if (at >= RP_RINGFILE_HEADER_SIZE)
-				flipped[(at - RP_RINGFILE_HEADER_SIZE) / ss] = true;
+			mark_entry(all, nall, at, flipped);
 		}
 		write_file(path, img, size);
 		struct rp_err e = { 0 };
@@ -477,24 +621,45 @@ static void test_bitflips(void **state)
 		assert_int_equal(next, n ? seqs[n - 1] + 1 : 0);
 		append_range(w, next, next + 3);
 		rp_ringfile_close(w);
+		w = open_ro(path);
+		rp_ringfile_stats(w, &st);
+		assert_int_equal(st.next_seq, next + 3);
+		rp_ringfile_close(w);
 	}
 	free(img);
 	free(pristine);
 }
 
-static void test_zeroed_and_stale_slots(void **state)
+/* A ring wrapped several times, written one chunk at a time: its image,
+ * the seqs the writer holds, and its next seq. */
+static void wrapped_image(const char *path, uint64_t upto, unsigned char **img, size_t *size,
+			  uint64_t *lo)
+{
+	unlink(path);
+	struct rp_ringfile *rf = open_ring(path, 8192, 8, 4, false);
+	append_range(rf, 0, upto);
+	*lo = expect_tail(rf, upto);
+	rp_ringfile_close(rf);
+	read_file(path, img, size);
+}
+
+static void test_zeroed_and_stale(void **state)
 {
 	(void)state;
 	char path[PATH_LEN];
 	path_in(path, "zero.ring");
-	const uint32_t ss = 8192;
-	struct rp_ringfile *rf = open_ring(path, ss, 8, 4, false);
+	struct rp_ringfile *rf = open_ring(path, 8192, 8, 4, false);
 	append_range(rf, 0, 6);
 	rp_ringfile_close(rf);
+	unsigned char *img;
+	size_t size;
+	read_file(path, &img, &size);
+	struct entry e2 = entry_of_seq(img, size, 2);
+	free(img);
 	static unsigned char zeros[8192];
 	int fd = open(path, O_WRONLY);
 	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, zeros, ss, (off_t)slot_off(ss, 2)), ss);
+	assert_int_equal(pwrite(fd, zeros, 32 + e2.len, (off_t)e2.off), 32 + e2.len);
 	close(fd);
 	rf = open_ro(path);
 	struct rp_ringfile_stats st;
@@ -507,29 +672,132 @@ static void test_zeroed_and_stale_slots(void **state)
 	assert_memory_equal(seqs, want, sizeof(want));
 	rp_ringfile_close(rf);
 
-	/* A chunk a whole lap older than the newest (its overwrite failed)
-	 * does not belong to the ring any more. */
+	/* After laps, intact entries of older laps lie where the last lap's
+	 * end was skipped (entries never straddle the end of the file):
+	 * recovery returns what the writer held, never those. */
 	path_in(path, "stale.ring");
-	rf = open_ring(path, ss, 4, 2, false);
-	append_range(rf, 0, 1);
-	rp_ringfile_close(rf);
+	uint64_t lo, lo1;
 	unsigned char *old;
-	size_t size;
-	read_file(path, &old, &size);
-	rf = open_ring(path, ss, 4, 2, false);
-	append_range(rf, 1, 6); /* slots: 4 5 2 3 */
-	rp_ringfile_close(rf);
-	fd = open(path, O_WRONLY);
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, old + slot_off(ss, 0), ss, (off_t)slot_off(ss, 0)), ss);
-	close(fd);
-	free(old);
+	size_t osize;
+	wrapped_image(path, 60, &old, &osize, &lo1);
+	wrapped_image(path, 200, &img, &size, &lo);
+	static struct entry all[4096];
+	size_t n = find_entries(img, size, all, 4096);
+	size_t stale = 0;
+	uint64_t data = le64(img + 104);
+	for (size_t i = 0; i < n; i++) {
+		stale += all[i].seq < lo;
+		/* Never across the end of the data area. */
+		assert_true(all[i].off + 32 + all[i].len <= RP_RINGFILE_HEADER_SIZE + data);
+	}
 	rf = open_ro(path);
-	rp_ringfile_stats(rf, &st);
-	assert_int_equal(st.recovered_chunks, 3);
-	assert_int_equal(st.skipped_corrupt, 1);
-	assert_int_equal(st.oldest_seq, 2);
+	expect_range(rf, lo, 200);
 	rp_ringfile_close(rf);
+
+	/* The same, made sure of: a lap of 1 KiB entries, then 12 KiB ones
+	 * until one does not fit before the end and goes to the start,
+	 * leaving the last pages as they were. */
+	path_in(path, "tail.ring");
+	rf = open_ring(path, 16384, 4, 4, false);
+	uint64_t next = 0;
+	for (; next < 64; next++)
+		append_comp(rf, next, 928); /* 1024-byte entries: exactly a lap */
+	for (; next < 70; next++) {
+		append_comp(rf, next, 11900); /* 12032-byte entries: 5 fit */
+		sync_ok(rf);
+	}
+	uint64_t tail_lo = expect_tail(rf, next);
+	rp_ringfile_close(rf);
+	unsigned char *timg;
+	size_t tsize;
+	read_file(path, &timg, &tsize);
+	size_t tn = find_entries(timg, tsize, all, 4096);
+	for (size_t i = 0; i < tn; i++)
+		stale += all[i].seq < tail_lo;
+	free(timg);
+	print_message("%zu intact frames of older laps in the files\n", stale);
+	assert_true(stale > 0);
+	rf = open_ro(path);
+	expect_range(rf, tail_lo, next);
+	rp_ringfile_close(rf);
+	path_in(path, "stale.ring");
+
+	/* An old entry whose overwrite never reached the disk (its bytes put
+	 * back from an earlier lap) does not belong to the ring any more. */
+	struct entry e = { 0 };
+	uint64_t newest_off = entry_of_seq(img, size, 199).off;
+	size_t on = find_entries(old, osize, all, 4096);
+	for (size_t i = 0; i < on && !e.len; i++)
+		if (all[i].off + 32 + all[i].len + 8192 < newest_off || all[i].off > newest_off + 16384)
+			e = all[i];
+	assert_true(e.len > 0 && e.seq < lo);
+	memcpy(img + e.off, old + e.off, 32 + e.len);
+	write_file(path, img, size);
+	rf = open_ro(path);
+	static uint64_t held[4096];
+	n = collect(rf, 0, UINT64_MAX, held, 4096);
+	assert_true(n > 0 && held[0] >= lo && held[n - 1] == 199);
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.next_seq, 200);
+	assert_true(st.skipped_corrupt >= 1);
+	rp_ringfile_close(rf);
+	free(old);
+	free(img);
+}
+
+/* A crash tears the newest write at any byte: recovery returns a run of
+ * intact chunks ending just before it (or with it, once complete), never
+ * older than what the writer held before it. */
+static void test_torn_every_offset(void **state)
+{
+	(void)state;
+	char path[PATH_LEN];
+	path_in(path, "torn.ring");
+	unsigned char *before, *after, *img;
+	size_t size, asize;
+	uint64_t lo, lo_after;
+	const uint64_t N = 120;
+	wrapped_image(path, N, &before, &size, &lo);
+	/* The same ring one chunk further (a bigger one, wider tear). */
+	struct rp_ringfile *rf = open_ring(path, 8192, 8, 4, false);
+	append_comp(rf, N, 8000);
+	sync_ok(rf);
+	lo_after = oldest_of(rf);
+	rp_ringfile_close(rf);
+	read_file(path, &after, &asize);
+	assert_int_equal(asize, size);
+	struct entry e = entry_of_seq(after, asize, N);
+	uint64_t start = e.off / 4096 * 4096, end = (e.off + 32 + e.len + 4095) / 4096 * 4096;
+	uint64_t full = e.off + 32 + e.len - start;
+	img = malloc(size);
+	assert_non_null(img);
+	unsigned tries = 0;
+	for (uint64_t k = 0; k <= end - start; k += k < 160 || k + 160 > full ? 1 : 23) {
+		if (k > full + 160 && k < end - start)
+			k = end - start;
+		memcpy(img, before, size);
+		memcpy(img + start, after + start, k);
+		write_file(path, img, size);
+		rf = open_ro(path);
+		uint64_t seqs[1024];
+		size_t n = collect(rf, 0, UINT64_MAX, seqs, 1024);
+		assert_true(n > 0);
+		for (size_t i = 1; i < n; i++)
+			assert_int_equal(seqs[i], seqs[i - 1] + 1);
+		assert_true(seqs[0] >= lo);
+		if (k >= full) {
+			assert_int_equal(seqs[n - 1], N);
+			assert_true(seqs[0] >= lo_after);
+		} else {
+			assert_int_equal(seqs[n - 1], N - 1);
+		}
+		rp_ringfile_close(rf);
+		tries++;
+	}
+	print_message("%u tears of a %u-byte entry checked\n", tries, 32 + e.len);
+	free(img);
+	free(before);
+	free(after);
 }
 
 static int open_err(const char *path, const struct rp_ringfile_opts *o, struct rp_err *e)
@@ -551,9 +819,7 @@ static void corrupt_header(const char *path, const unsigned char *pristine, size
 	memcpy(img, pristine, size);
 	img[at] ^= x;
 	if (fix_crc) {
-		uint32_t crc = rp_crc32c(img, 104);
-		for (int i = 0; i < 4; i++)
-			img[104 + i] = (unsigned char)(crc >> (8 * i));
+		put_le(img + 120, rp_crc32c(img, 120), 4);
 	}
 	write_file(path, img, size);
 	free(img);
@@ -590,12 +856,12 @@ static void test_bad_files(void **state)
 	assert_int_equal(open_err(path, NULL, &e), -EINVAL);
 	assert_non_null(strstr(e.msg, "bad header checksum"));
 
-	corrupt_header(path, pristine, size, 8, 0x03, true); /* version 2 */
+	corrupt_header(path, pristine, size, 8, 0x01, true); /* version 3 */
 	assert_int_equal(open_err(path, NULL, &e), -EPROTONOSUPPORT);
 	assert_non_null(strstr(e.msg, "upgrade"));
 	assert_int_equal(open_err(path, &o, &e), -EPROTONOSUPPORT);
 
-	corrupt_header(path, pristine, size, 16, 0x01, true); /* slot size 8193 */
+	corrupt_header(path, pristine, size, 16, 0x01, true); /* largest chunk 8193 */
 	assert_int_equal(open_err(path, NULL, &e), -EINVAL);
 	assert_non_null(strstr(e.msg, "impossible header fields"));
 
@@ -728,10 +994,10 @@ static void roundtrip(const char *path, bool buffered, bool want_direct)
 	append_range(rf, 0, 40);
 	struct rp_err e = { 0 };
 	assert_int_equal(rp_ringfile_sync(rf, true, &e), 0);
-	expect_range(rf, 24, 40);
+	uint64_t lo = expect_tail(rf, 40);
 	rp_ringfile_close(rf);
 	rf = open_ro(path);
-	expect_range(rf, 24, 40);
+	expect_range(rf, lo, 40);
 	rp_ringfile_close(rf);
 	unlink(path);
 }
@@ -864,13 +1130,12 @@ static void test_concurrent_readers(void **state)
 	assert_true(atomic_load(&sh.appended) > 16);
 	assert_true(atomic_load(&sh.chunks) > 0);
 	assert_int_equal(st.written_chunks, atomic_load(&sh.appended));
-	expect_range(sh.rf, st.next_seq - 16, st.next_seq);
+	expect_tail(sh.rf, st.next_seq);
 	rp_ringfile_close(sh.rf);
 }
 
 struct pinrec {
 	struct rp_ringfile *rf;
-	uint32_t slots;
 	unsigned saved[256];
 	unsigned bad;
 	atomic_bool unpinned;
@@ -880,8 +1145,8 @@ struct pinrec {
 static int save_fn(void *ctx, const void *chunk, size_t len, const struct rp_chunk_header *h)
 {
 	struct pinrec *p = ctx;
-	/* Called before the chunk that replaces it is queued. */
-	if (!chunk_ok(chunk, len, h->seq) || rp_ringfile_next_seq(p->rf) != h->seq + p->slots)
+	/* Called before the chunk that overwrites it is queued. */
+	if (!chunk_ok(chunk, len, h->seq) || rp_ringfile_next_seq(p->rf) <= h->seq)
 		p->bad++;
 	if (h->seq < 256)
 		p->saved[h->seq]++;
@@ -923,26 +1188,30 @@ static void test_pins(void **state)
 	struct pinrec *p = calloc(1, sizeof(*p));
 	assert_non_null(p);
 	p->rf = open_ring(path, 8192, slots, 4, false);
-	p->slots = slots;
 	struct rp_ringfile_pin *pin;
 	assert_int_equal(rp_ringfile_pin(p->rf, 5, 2, save_fn, p, &pin), -EINVAL);
 	append_range(p->rf, 0, slots);
 	sync_ok(p->rf);
 	assert_int_equal(rp_ringfile_pin(p->rf, 2, 5, save_fn, p, &pin), 0);
-	append_range(p->rf, slots, 31);
+	uint64_t next = slots;
+	for (; oldest_of(p->rf) <= 5; next++)
+		append_range(p->rf, next, next + 1);
 	rp_ringfile_unpin(p->rf, pin);
 	for (unsigned s = 0; s < 256; s++)
 		assert_int_equal(p->saved[s], s >= 2 && s <= 5);
-
-	/* A pin reaching past what was written: 20..22 are gone already,
-	 * 23..27 get overwritten by 31..35, the rest stay. */
+	/* A pin reaching past what was written: the chunks gone already are
+	 * not saved, those overwritten before unpin are, once. */
 	memset(p->saved, 0, sizeof(p->saved));
-	assert_int_equal(rp_ringfile_pin(p->rf, 20, 40, save_fn, p, &pin), 0);
-	append_range(p->rf, 31, 36);
+	uint64_t held_from = oldest_of(p->rf);
+	assert_int_equal(rp_ringfile_pin(p->rf, held_from - 2, next + 4, save_fn, p, &pin), 0);
+	append_range(p->rf, next, next + 5);
+	sync_ok(p->rf);
+	uint64_t held_at_unpin = oldest_of(p->rf);
 	rp_ringfile_unpin(p->rf, pin);
-	append_range(p->rf, 36, 60);
+	append_range(p->rf, next + 5, next + 40);
+	assert_true(held_at_unpin > held_from && next + 40 < 256);
 	for (unsigned s = 0; s < 256; s++)
-		assert_int_equal(p->saved[s], s >= 23 && s <= 27);
+		assert_int_equal(p->saved[s], s >= held_from && s < held_at_unpin);
 	assert_int_equal(p->bad, 0);
 
 	/* Unpin on another thread while the writer saves. */
@@ -989,7 +1258,7 @@ static void test_enospc(void **state)
 	struct rp_ringfile *rf = open_ring(path, 65536, 4, 4, false);
 	append_range(rf, 0, 6);
 	sync_ok(rf);
-	expect_range(rf, 2, 6);
+	expect_tail(rf, 6);
 	rp_ringfile_close(rf);
 	umount(dir);
 	rmdir(dir);
@@ -1008,7 +1277,7 @@ static void test_geometry_kept(void **state)
 	rp_ringfile_stats(rf, &st);
 	assert_true(st.geometry_kept);
 	assert_int_equal(st.slot_size, 16384);
-	assert_int_equal(st.slot_count, 8);
+	assert_int_equal(st.capacity_bytes, 8 * 16384);
 	assert_int_equal(st.recovered_chunks, 5);
 	assert_int_equal(rp_ringfile_max_chunk(rf), 16384);
 	append_range(rf, 5, 12);
@@ -1016,8 +1285,157 @@ static void test_geometry_kept(void **state)
 	rf = open_ring(path, 16384, 8, 4, false);
 	rp_ringfile_stats(rf, &st);
 	assert_false(st.geometry_kept);
-	expect_range(rf, 4, 12);
+	expect_tail(rf, 12);
 	rp_ringfile_close(rf);
+}
+
+/* A version-1 ring file as ringprof 0.1 wrote it (docs/ring-format.md,
+ * version history): slot i of slot_size bytes holds the chunk whose
+ * seq % slots == i.  Chunks from..to-1 of comp bytes each. */
+static void make_v1(const char *path, uint32_t slot_size, uint32_t slots, uint64_t from,
+		    uint64_t to, uint32_t comp)
+{
+	size_t size = RP_RINGFILE_HEADER_SIZE + (size_t)slots * slot_size;
+	unsigned char *img = calloc(1, size);
+	assert_non_null(img);
+	memcpy(img, "RPRING01", 8);
+	put_le(img + 8, 1, 4);
+	put_le(img + 12, RP_RINGFILE_HEADER_SIZE, 4);
+	put_le(img + 16, slot_size, 4);
+	put_le(img + 20, slots, 4);
+	put_le(img + 24, DEV_ID, 4);
+	put_le(img + 28, 1, 4);
+	put_le(img + 32, 1700000000000000000ull, 8);
+	memcpy(img + 40, DEV, strlen(DEV));
+	put_le(img + 104, rp_crc32c(img, 104), 4);
+	for (uint64_t s = from; s < to; s++)
+		make_chunk(img + RP_RINGFILE_HEADER_SIZE + (s % slots) * slot_size, s, comp);
+	write_file(path, img, size);
+	free(img);
+}
+
+/* A version-1 file is read as it is, and converted when a writer opens
+ * it: its history stays, the writer goes on after it, nothing is left
+ * behind. */
+static void test_v1_converted(void **state)
+{
+	(void)state;
+	char path[PATH_LEN], tmp[PATH_LEN + 8];
+	path_in(path, "v1.ring");
+	make_v1(path, 8192, 4, 3, 9, 3000); /* 3 and 4 overwritten by 7 and 8 */
+	struct rp_ringfile *rf = open_ro(path);
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.format_version, 1);
+	expect_range(rf, 5, 9);
+	rp_ringfile_close(rf);
+
+	/* A leftover of a conversion cut short is replaced. */
+	snprintf(tmp, sizeof(tmp), "%s.v2new", path);
+	write_file(tmp, "junk", 4);
+	rf = open_ring(path, 8192, 16, 4, false);
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.format_version, 2);
+	assert_int_equal(st.converted_chunks, 4);
+	assert_int_equal(st.capacity_bytes, 16 * 8192);
+	assert_false(st.geometry_kept);
+	expect_range(rf, 5, 9);
+	append_range(rf, 9, 12);
+	rp_ringfile_close(rf);
+	assert_int_equal(access(tmp, F_OK), -1);
+	rf = open_ro(path);
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.format_version, 2);
+	assert_int_equal(st.converted_chunks, 0);
+	expect_range(rf, 5, 12);
+	rp_ringfile_close(rf);
+
+	/* Slots larger than the new largest chunk: their chunks fit still,
+	 * and into a smaller budget the newest go. */
+	make_v1(path, 16384, 8, 0, 8, 12000);
+	rf = open_ring(path, 8192, 4, 4, false);
+	rp_ringfile_stats(rf, &st);
+	assert_true(st.geometry_kept);
+	assert_int_equal(st.slot_size, 16384);
+	assert_int_equal(st.converted_chunks, 8);
+	uint64_t lo = expect_tail(rf, 8);
+	assert_int_equal(lo, 6); /* two entries of 12 KiB in 32 KiB */
+	rp_ringfile_close(rf);
+
+	/* Files ringprof 0.1 wrote (the fuzz corpus): the same chunks, byte
+	 * for byte, before and after. */
+	const char *corpus = getenv("RINGPROF_RINGFILE_CORPUS");
+	const char *released[] = { "eight.ring", "wrapped.ring", "truncated.ring", "corrupt.ring" };
+	for (size_t i = 0; corpus && i < sizeof(released) / sizeof(*released); i++) {
+		char src[PATH_LEN];
+		snprintf(src, sizeof(src), "%s/%s", corpus, released[i]);
+		unsigned char *img;
+		size_t size;
+		read_file(src, &img, &size);
+		write_file(path, img, size);
+		free(img);
+		rf = open_ro(path);
+		uint64_t want[64], got[64];
+		size_t n = collect_ids(rf, want, 64);
+		rp_ringfile_close(rf);
+		struct rp_ringfile_opts ro = opts_for(4096, 64, 4, false);
+		ro.device_id = 1;
+		assert_int_equal(rp_ringfile_open(path, &ro, &rf, NULL), 0);
+		rp_ringfile_stats(rf, &st);
+		assert_true(st.converted);
+		assert_int_equal(st.converted_chunks, n);
+		assert_int_equal(collect_ids(rf, got, 64), n);
+		assert_memory_equal(got, want, n * sizeof(*got));
+		rp_ringfile_close(rf);
+		print_message("%s: %zu chunks of ringprof 0.1 converted\n", released[i], n);
+	}
+	if (!corpus)
+		print_message("RINGPROF_RINGFILE_CORPUS unset: released files not tried\n");
+
+	/* A version-1 file of another device is refused, untouched. */
+	make_v1(path, 8192, 4, 0, 2, 100);
+	struct rp_ringfile_opts o = opts_for(8192, 8, 4, false);
+	o.device = "gpu1";
+	struct rp_err e;
+	assert_int_equal(open_err(path, &o, &e), -EINVAL);
+	rf = open_ro(path);
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.format_version, 1);
+	rp_ringfile_close(rf);
+}
+
+/* With max_age, chunks older than it (behind the newest) leave the ring
+ * before the budget is used up; pins still get them. */
+static void test_max_age(void **state)
+{
+	(void)state;
+	char path[PATH_LEN];
+	path_in(path, "age.ring");
+	struct rp_ringfile_opts o = opts_for(8192, 64, 4, false);
+	o.max_age_ns = 500; /* chunk s spans [1000 + 100 s, 1050 + 100 s] */
+	struct rp_ringfile *rf = NULL;
+	assert_int_equal(rp_ringfile_open(path, &o, &rf, NULL), 0);
+	struct pinrec *p = calloc(1, sizeof(*p));
+	assert_non_null(p);
+	p->rf = rf;
+	struct rp_ringfile_pin *pin;
+	assert_int_equal(rp_ringfile_pin(rf, 0, 3, save_fn, p, &pin), 0);
+	append_range(rf, 0, 20);
+	sync_ok(rf);
+	rp_ringfile_unpin(rf, pin);
+	/* Newest 19 ends at 2950: kept are those ending at 2450 or later. */
+	expect_range(rf, 14, 20);
+	for (unsigned s = 0; s < 8; s++)
+		assert_int_equal(p->saved[s], s <= 3);
+	assert_int_equal(p->bad, 0);
+	struct rp_ringfile_stats st;
+	rp_ringfile_stats(rf, &st);
+	assert_int_equal(st.max_age_ns, 500);
+	rp_ringfile_close(rf);
+	assert_int_equal(rp_ringfile_open(path, &o, &rf, NULL), 0);
+	expect_range(rf, 14, 20);
+	rp_ringfile_close(rf);
+	free(p);
 }
 
 static void test_readonly_append(void **state)
@@ -1079,20 +1497,21 @@ static void test_queue_depth(void **state)
 	char path[PATH_LEN];
 	path_in(path, "qd.ring");
 	struct rp_ringfile *rf = open_ring(path, 8192, 128, 32, false);
-	append_range(rf, 0, 100);
+	for (uint64_t s = 0; s < 100; s++) /* many writes in flight */
+		append_comp(rf, s, comp_of(s, 8192));
 	sync_ok(rf);
 	struct rp_ringfile_stats st;
 	rp_ringfile_stats(rf, &st);
 	assert_int_equal(st.written_chunks, 100);
-	assert_int_equal(st.chunks, 100);
-	expect_range(rf, 0, 100);
+	expect_tail(rf, 100);
 	rp_ringfile_close(rf);
 	unlink(path);
-	/* A queue deeper than the ring is capped below the slot count. */
+	/* A queue deeper than the ring holds is capped below that. */
 	rf = open_ring(path, 8192, 4, 64, false);
-	append_range(rf, 0, 21);
+	for (uint64_t s = 0; s < 21; s++)
+		append_comp(rf, s, comp_of(s, 8192));
 	sync_ok(rf);
-	expect_range(rf, 17, 21);
+	expect_tail(rf, 21);
 	rp_ringfile_close(rf);
 }
 
@@ -1126,7 +1545,11 @@ int main(void)
 		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_bitflips),
-		cmocka_unit_test(test_zeroed_and_stale_slots),
+		cmocka_unit_test(test_zeroed_and_stale),
+		cmocka_unit_test(test_torn_every_offset),
+		cmocka_unit_test(test_small_chunks_packed),
+		cmocka_unit_test(test_v1_converted),
+		cmocka_unit_test(test_max_age),
 		cmocka_unit_test(test_bad_files),
 		cmocka_unit_test(test_links_and_fifos),
 		cmocka_unit_test(test_buffered),
