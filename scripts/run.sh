@@ -26,14 +26,10 @@ build/demo/train-loop --seconds 4 --ranks 2
 
 echo
 echo "== snapshot of the last 3 s"
-session_json=$($ringprof --json snapshot --last 3s --run demo --reason "README demo")
+# --wait: back once the daemon has written the exports ([sessions] exports).
+session_json=$($ringprof --json snapshot --last 3s --run demo --reason "README demo" --wait)
 path=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["path"])' <<<"$session_json")
 echo "session on disk: $path"
-# The daemon writes the exports ([sessions] exports) once the session closes.
-for _ in $(seq 300); do
-  compgen -G "$path/*.summary.txt" >/dev/null && break
-  sleep 0.1
-done
 ls -l "$path"
 
 echo
