@@ -4,6 +4,7 @@
 #define RINGPROF_TEST_SCRATCH_H
 
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -20,6 +21,19 @@ static inline int scratch_make(char *dir, size_t len, const char *name)
 {
 	snprintf(dir, len, "/tmp/rp-%s-XXXXXX", name);
 	return mkdtemp(dir) ? 0 : -1;
+}
+
+/* snprintf that fails the test rather than cut a path short (cmocka.h
+ * comes first). */
+static inline void scratch_pathf(char *out, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static inline void scratch_pathf(char *out, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(out, len, fmt, ap);
+	va_end(ap);
+	assert_true(n >= 0 && (size_t)n < len);
 }
 
 static inline int scratch_remove(const char *dir)

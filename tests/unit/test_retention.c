@@ -34,21 +34,10 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* snprintf that fails the test rather than cut a path short. */
-static void pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *out, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(out, len, fmt, ap);
-	va_end(ap);
-	assert_true(n >= 0 && (size_t)n < len);
-}
-
 static void mkdirs(const char *path)
 {
 	char p[PATH_LEN];
-	pathf(p, sizeof(p), "%s", path);
+	scratch_pathf(p, sizeof(p), "%s", path);
 	for (char *s = p + 1; *s; s++)
 		if (*s == '/') {
 			*s = '\0';
@@ -61,7 +50,7 @@ static void mkdirs(const char *path)
 static void write_file(const char *dir, const char *name, const char *text, size_t size)
 {
 	char path[PATH_LEN];
-	pathf(path, sizeof(path), "%s/%s", dir, name);
+	scratch_pathf(path, sizeof(path), "%s/%s", dir, name);
 	FILE *f = fopen(path, "w");
 	assert_non_null(f);
 	if (text)
@@ -74,7 +63,7 @@ static void write_file(const char *dir, const char *name, const char *text, size
 static void set_mtime(const char *dir, const char *name, int64_t wall)
 {
 	char path[PATH_LEN];
-	pathf(path, sizeof(path), "%s%s%s", dir, name ? "/" : "", name ? name : "");
+	scratch_pathf(path, sizeof(path), "%s%s%s", dir, name ? "/" : "", name ? name : "");
 	struct timespec t[2] = { { wall / 1000000000, wall % 1000000000 },
 				 { wall / 1000000000, wall % 1000000000 } };
 	assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
@@ -89,13 +78,13 @@ static bool exists(const char *path)
 /* A fresh log directory under base. */
 static void logdir_for(const char *name, char *out, size_t len)
 {
-	pathf(out, len, "%s/%s", base, name);
+	scratch_pathf(out, len, "%s/%s", base, name);
 	mkdirs(out);
 }
 
 static void session_dir(const char *logdir, const char *run, const char *id, char *out, size_t len)
 {
-	pathf(out, len, "%s/%s/plugins/profile/%s", logdir, run, id);
+	scratch_pathf(out, len, "%s/%s/plugins/profile/%s", logdir, run, id);
 }
 
 /* A finished session of one host created `age_h` hours ago, with `size`
@@ -109,9 +98,9 @@ static void finished(const char *logdir, const char *run, const char *id, const 
 	snprintf(manifest, sizeof(manifest),
 		 "{\"id\": \"%s\", \"host\": \"%s\", \"trigger\": {\"created_wall_ns\": %lld}}", id,
 		 host, (long long)(now_ns() - age_h * HOUR_NS));
-	pathf(name, sizeof(name), "%s.manifest.json", host);
+	scratch_pathf(name, sizeof(name), "%s.manifest.json", host);
 	write_file(dir, name, manifest, 0);
-	pathf(name, sizeof(name), "%s.host.chunks", host);
+	scratch_pathf(name, sizeof(name), "%s.host.chunks", host);
 	write_file(dir, name, NULL, size);
 }
 
@@ -155,7 +144,7 @@ static void on_report(void *ctx, const char *path, uint64_t bytes, const struct 
 		if (!s->nerrors++)
 			snprintf(s->error, sizeof(s->error), "%.200s", err->msg);
 	} else if (s->ndeleted < 16) {
-		pathf(s->deleted[s->ndeleted++], PATH_LEN, "%s", path);
+		scratch_pathf(s->deleted[s->ndeleted++], PATH_LEN, "%s", path);
 	}
 }
 
@@ -297,20 +286,20 @@ static void test_symlinks_not_followed(void **state)
 	(void)state;
 	char logdir[PATH_LEN], outside[PATH_LEN], dir[PATH_LEN], link[PATH_LEN + 16], file[PATH_LEN + 16];
 	logdir_for("links", logdir, sizeof(logdir));
-	pathf(outside, sizeof(outside), "%s/outside", base);
+	scratch_pathf(outside, sizeof(outside), "%s/outside", base);
 	mkdirs(outside);
 	write_file(outside, "precious", "data", 0);
-	pathf(file, sizeof(file), "%s/precious", outside);
+	scratch_pathf(file, sizeof(file), "%s/precious", outside);
 
 	finished(logdir, "r", "with_links", "h1", 30, 4096);
 	session_dir(logdir, "r", "with_links", dir, sizeof(dir));
-	pathf(link, sizeof(link), "%s/to_dir", dir);
+	scratch_pathf(link, sizeof(link), "%s/to_dir", dir);
 	assert_int_equal(symlink(outside, link), 0);
-	pathf(link, sizeof(link), "%s/to_file", dir);
+	scratch_pathf(link, sizeof(link), "%s/to_file", dir);
 	assert_int_equal(symlink(file, link), 0);
-	pathf(link, sizeof(link), "%s/nested", dir);
+	scratch_pathf(link, sizeof(link), "%s/nested", dir);
 	mkdirs(link);
-	pathf(link, sizeof(link), "%s/nested/up", dir);
+	scratch_pathf(link, sizeof(link), "%s/nested/up", dir);
 	assert_int_equal(symlink("../../../../../../outside", link), 0);
 	/* A session directory that is a link, older than everything. */
 	finished(base, "linked_src", "elsewhere", "h1", 90, 4096);
@@ -318,8 +307,8 @@ static void test_symlinks_not_followed(void **state)
 	session_dir(base, "linked_src", "elsewhere", dir, sizeof(dir));
 	assert_int_equal(symlink(dir, link), 0);
 	/* A run directory that is a link. */
-	pathf(link, sizeof(link), "%s/linked_run", logdir);
-	pathf(dir, sizeof(dir), "%s/linked_src", base);
+	scratch_pathf(link, sizeof(link), "%s/linked_run", logdir);
+	scratch_pathf(dir, sizeof(dir), "%s/linked_src", base);
 	assert_int_equal(symlink(dir, link), 0);
 	finished(logdir, "r", "newer", "h1", 10, 4096);
 
@@ -339,7 +328,7 @@ static void test_symlinks_not_followed(void **state)
 static void deep_tree(const char *dir, int depth)
 {
 	char path[PATH_LEN];
-	pathf(path, sizeof(path), "%s", dir);
+	scratch_pathf(path, sizeof(path), "%s", dir);
 	for (int i = 0; i < depth; i++)
 		strcat(path, "/d");
 	mkdirs(path);
@@ -379,12 +368,12 @@ static void test_errors_reported(void **state)
 
 	/* A log directory that does not exist yet holds nothing. */
 	char missing[PATH_LEN];
-	pathf(missing, sizeof(missing), "%s/none", base);
+	scratch_pathf(missing, sizeof(missing), "%s/none", base);
 	assert_int_equal(enforce(missing, 0, 1, &seen, &st, &err), 0);
 	assert_int_equal(st.sessions, 0);
 	/* One that is a file is an error naming it. */
 	write_file(base, "plain", NULL, 1);
-	pathf(missing, sizeof(missing), "%s/plain", base);
+	scratch_pathf(missing, sizeof(missing), "%s/plain", base);
 	assert_int_equal(enforce(missing, 0, 1, &seen, &st, &err), -ENOTDIR);
 	assert_non_null(strstr(err.msg, missing));
 }
@@ -397,7 +386,7 @@ static void test_mount_inside_not_entered(void **state)
 	logdir_for("mounts", logdir, sizeof(logdir));
 	finished(logdir, "r", "mounted", "h1", 30, 4096);
 	session_dir(logdir, "r", "mounted", dir, sizeof(dir));
-	pathf(mnt, sizeof(mnt), "%s/mnt", dir);
+	scratch_pathf(mnt, sizeof(mnt), "%s/mnt", dir);
 	mkdirs(mnt);
 	if (mount("none", mnt, "tmpfs", 0, "size=1m") < 0)
 		skip(); /* needs root */
@@ -408,7 +397,7 @@ static void test_mount_inside_not_entered(void **state)
 	struct rp_err err = { 0 };
 	int rc = enforce(logdir, 0, 1, &seen, &st, &err);
 	char file[PATH_LEN + 16];
-	pathf(file, sizeof(file), "%s/other_fs", mnt);
+	scratch_pathf(file, sizeof(file), "%s/other_fs", mnt);
 	bool kept = exists(file);
 	umount(mnt);
 	assert_int_equal(rc, -EXDEV);
@@ -421,10 +410,10 @@ static void test_check_space(void **state)
 {
 	(void)state;
 	char logdir[PATH_LEN], state_dir[PATH_LEN];
-	pathf(state_dir, sizeof(state_dir), "%s/space/rings", base);
+	scratch_pathf(state_dir, sizeof(state_dir), "%s/space/rings", base);
 	mkdirs(state_dir);
 	/* Not created yet: its parent's file system counts. */
-	pathf(logdir, sizeof(logdir), "%s/space/sessions/not/yet", base);
+	scratch_pathf(logdir, sizeof(logdir), "%s/space/sessions/not/yet", base);
 	char msg[512];
 	struct rp_disk_plan p = { .state_dir = state_dir, .ring_budgets = 64ull << 20,
 				  .ring_held = 64ull << 20, .logdir = logdir, .max_bytes = 1ull << 20 };
@@ -443,7 +432,7 @@ static void test_check_space(void **state)
 
 	/* Sessions on a file system of their own are weighed on their own. */
 	char mnt[PATH_LEN];
-	pathf(mnt, sizeof(mnt), "%s/space/sessions", base);
+	scratch_pathf(mnt, sizeof(mnt), "%s/space/sessions", base);
 	mkdirs(mnt);
 	if (mount("none", mnt, "tmpfs", 0, "size=1m") < 0)
 		skip(); /* needs root */
@@ -482,16 +471,16 @@ static void test_fifo_and_huge_manifest(void **state)
 	finished(logdir, "r", "newest", "h1", 1, 4096);
 	session_dir(logdir, "r", "planted", dir, sizeof(dir));
 	mkdirs(dir);
-	pathf(path, sizeof(path), "%s/x.manifest.json", dir);
+	scratch_pathf(path, sizeof(path), "%s/x.manifest.json", dir);
 	assert_int_equal(mkfifo(path, 0600), 0);
-	pathf(path, sizeof(path), "%s/big.manifest.json", dir);
+	scratch_pathf(path, sizeof(path), "%s/big.manifest.json", dir);
 	int fd = open(path, O_CREAT | O_WRONLY, 0600);
 	assert_true(fd >= 0);
 	assert_int_equal(ftruncate(fd, 200 << 20), 0);
 	close(fd);
 	set_mtime(dir, NULL, now_ns() - 3 * HOUR_NS);
 	session_dir(logdir, "r", "real", dir, sizeof(dir));
-	pathf(path, sizeof(path), "%s/KEEP", dir);
+	scratch_pathf(path, sizeof(path), "%s/KEEP", dir);
 	assert_int_equal(mkfifo(path, 0600), 0);
 	struct rp_err err = { 0 };
 	/* Already there (a FIFO): marking it kept does not wait either. */
@@ -548,12 +537,12 @@ static void test_leftovers(void **state)
 			       "shared/other.host.chunks", "longer/vm.b.open",
 			       "longer/vm.b.host.chunks" };
 	for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
-		pathf(path, sizeof(path), "%s/r/plugins/profile/%s", logdir, gone[i]);
+		scratch_pathf(path, sizeof(path), "%s/r/plugins/profile/%s", logdir, gone[i]);
 		if (exists(path))
 			fail_msg("%s is still there", path);
 	}
 	for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++) {
-		pathf(path, sizeof(path), "%s/r/plugins/profile/%s", logdir, kept[i]);
+		scratch_pathf(path, sizeof(path), "%s/r/plugins/profile/%s", logdir, kept[i]);
 		if (!exists(path))
 			fail_msg("%s was removed", path);
 	}

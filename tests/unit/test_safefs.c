@@ -20,16 +20,6 @@
 
 static char base[64];
 
-static void pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *out, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(out, len, fmt, ap);
-	va_end(ap);
-	assert_true(n >= 0 && (size_t)n < len);
-}
-
 static void put(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -57,7 +47,7 @@ static void test_creates_nested_dirs(void **state)
 	(void)state;
 	struct rp_err err = { 0 };
 	char root[256];
-	pathf(root, sizeof(root), "%s/made/logs", base);
+	scratch_pathf(root, sizeof(root), "%s/made/logs", base);
 	int rfd = rp_safefs_open_root(root, 0750, true, &err);
 	assert_true(rfd >= 0);
 	int fd = rp_safefs_open_dir(rfd, "run/plugins/profile", 0750,
@@ -90,18 +80,18 @@ static void test_link_refused(void **state)
 	}
 	/* Nothing was made in the link's target. */
 	char made[256];
-	pathf(made, sizeof(made), "%s/plugins", secret);
+	scratch_pathf(made, sizeof(made), "%s/plugins", secret);
 	assert_int_equal(access(made, F_OK), -1);
 	/* Deeper down too. */
-	pathf(made, sizeof(made), "%s/run", root);
+	scratch_pathf(made, sizeof(made), "%s/run", root);
 	assert_int_equal(mkdir(made, 0750), 0);
-	pathf(made, sizeof(made), "%s/run/plugins", root);
+	scratch_pathf(made, sizeof(made), "%s/run/plugins", root);
 	assert_int_equal(mkdir(made, 0750), 0);
-	pathf(link, sizeof(link), "%s/run/plugins/profile", root);
+	scratch_pathf(link, sizeof(link), "%s/run/plugins/profile", root);
 	assert_int_equal(symlink(secret, link), 0);
 	assert_int_equal(rp_safefs_open_dir(rfd, "run/plugins/profile/x", 0750, RP_SAFEFS_CREATE,
 					    root, &err), -ELOOP);
-	pathf(made, sizeof(made), "%s/x", secret);
+	scratch_pathf(made, sizeof(made), "%s/x", secret);
 	assert_int_equal(access(made, F_OK), -1);
 	close(rfd);
 }
@@ -114,8 +104,8 @@ static void test_owner_refused(void **state)
 		skip();
 	struct rp_err err = { 0 };
 	char root[256], other[256];
-	pathf(root, sizeof(root), "%s/owners", base);
-	pathf(other, sizeof(other), "%s/theirs", root);
+	scratch_pathf(root, sizeof(root), "%s/owners", base);
+	scratch_pathf(other, sizeof(other), "%s/theirs", root);
 	assert_int_equal(mkdir(root, 0770), 0);
 	assert_int_equal(mkdir(other, 0770), 0);
 	assert_int_equal(chown(other, 65534, 65534), 0);
@@ -143,17 +133,17 @@ static void test_read_regular_only(void **state)
 	(void)state;
 	struct rp_err err = { 0 };
 	char root[256], p[256];
-	pathf(root, sizeof(root), "%s/reads", base);
+	scratch_pathf(root, sizeof(root), "%s/reads", base);
 	assert_int_equal(mkdir(root, 0750), 0);
-	pathf(p, sizeof(p), "%s/ok.json", root);
+	scratch_pathf(p, sizeof(p), "%s/ok.json", root);
 	put(p, "{\"a\": 1}");
-	pathf(p, sizeof(p), "%s/fifo.json", root);
+	scratch_pathf(p, sizeof(p), "%s/fifo.json", root);
 	assert_int_equal(mkfifo(p, 0600), 0);
-	pathf(p, sizeof(p), "%s/big.json", root);
+	scratch_pathf(p, sizeof(p), "%s/big.json", root);
 	int big = open(p, O_CREAT | O_WRONLY, 0600);
 	assert_int_equal(ftruncate(big, 200 << 20), 0);
 	close(big);
-	pathf(p, sizeof(p), "%s/link.json", root);
+	scratch_pathf(p, sizeof(p), "%s/link.json", root);
 	assert_int_equal(symlink("ok.json", p), 0);
 	int rfd = rp_safefs_open_root(root, 0750, false, &err);
 	char *text;
@@ -181,11 +171,11 @@ static void test_tmp_publish(void **state)
 	(void)state;
 	struct rp_err err = { 0 };
 	char root[256], target[256], p[256];
-	pathf(root, sizeof(root), "%s/tmps", base);
-	pathf(target, sizeof(target), "%s/target", base);
+	scratch_pathf(root, sizeof(root), "%s/tmps", base);
+	scratch_pathf(target, sizeof(target), "%s/target", base);
 	assert_int_equal(mkdir(root, 0750), 0);
 	put(target, "precious");
-	pathf(p, sizeof(p), "%s/out.txt", root);
+	scratch_pathf(p, sizeof(p), "%s/out.txt", root);
 	assert_int_equal(symlink(target, p), 0);
 	int rfd = rp_safefs_open_root(root, 0750, false, &err);
 	struct rp_safefs_tmp a, b;
