@@ -86,6 +86,7 @@ struct rp_drain {
 	struct rp_drain_stats st;
 	struct rp_err *poll_err; /* where the drain callback reports */
 	struct producer *draining; /* the producer the drain callback serves */
+	uint64_t draining_now_ns;  /* the host clock when its drain began */
 	rp_drain_detach_fn on_detach;
 	void *detach_ctx;
 
@@ -592,7 +593,9 @@ static bool plausible_ts(uint64_t ts, uint64_t now)
 static bool producer_event(const struct rp_drain *d, const struct rp_shmring *r,
 			   struct rp_event *ev)
 {
-	uint64_t now = rp_clock_now_ns();
+	/* Read once per drain, not per event: the bounds are far wider than
+	 * a drain lasts. */
+	uint64_t now = d->draining_now_ns;
 	ev->pid = rp_shmring_pid(r);
 	ev->ts = to_host_ns(d, r, ev->ts);
 	if (!plausible_ts(ev->ts, now))
@@ -635,8 +638,6 @@ int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring)
 }
 
 /* Record drops the producer counted since we last looked as one event,
- * so they show up in the window they happened in. */
-/* Record drops the producer counted since we last looked as one event,
  * so they show up in the window they happened in.  The counter lives in
  * memory the producer writes: a jump past PRODUCER_DROPS_MAX is corrupt
  * and counted as such, its drops as the most that could be true. */
@@ -668,6 +669,7 @@ static long drain_producer(struct rp_drain *d, struct producer *p, struct rp_err
 	uint64_t corrupt = 0;
 	d->poll_err = err;
 	d->draining = p;
+	d->draining_now_ns = rp_clock_now_ns();
 	long n = rp_shmring_drain(p->ring, take_record, d, 0, &corrupt);
 	d->st.corrupt_records += corrupt;
 	p->corrupt += corrupt;
