@@ -22,7 +22,6 @@
 #include "session.h"
 
 #define PUMP_INTERVAL_NS 100000000ull
-#define VERSION "0.1.0"
 
 /* Latency buckets (seconds) until a session is complete: from a snapshot
  * request, or from a trigger (an alert's receipt, a rule firing; a rule's
@@ -1025,7 +1024,7 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 				      "quarantined_ring_files", (json_int_t)ps.quarantined);
 	uint64_t now = rp_clock_now_ns();
 	*out = json_pack("{s:s, s:i, s:s, s:f, s:s, s:I, s:I, s:s, s:s, s:I, s:o, s:o, s:o, s:o}",
-			 "version", VERSION, "pid", (int)getpid(), "host", c->host,
+			 "version", RINGPROF_VERSION, "pid", (int)getpid(), "host", c->host,
 			 "uptime_s", (double)(now - c->started_ns) / 1e9,
 			 "clock", "CLOCK_MONOTONIC", "now_ns", (json_int_t)now,
 			 "wall_offset_ns", (json_int_t)rp_clock_wall_offset_ns(),

@@ -21,8 +21,6 @@
 #include "rules.h"
 #include "safefs.h"
 
-#define VERSION "0.1.0"
-
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -185,7 +183,7 @@ int main(int argc, char **argv)
 		case OPT_LOGDIR: logdir = optarg; break;
 		case OPT_FG: foreground = true; break;
 		case OPT_PRINT: print_config = true; break;
-		case OPT_VERSION: printf("ringprofd %s\n", VERSION); return 0;
+		case OPT_VERSION: printf("ringprofd %s\n", RINGPROF_VERSION); return 0;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -287,7 +285,7 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		fprintf(stderr, "ringprofd: %s\n", err.msg);
 	} else {
-		fprintf(stderr, "ringprofd %s: serving on %s (rings in %s, sessions in %s)\n", VERSION,
+		fprintf(stderr, "ringprofd %s: serving on %s (rings in %s, sessions in %s)\n", RINGPROF_VERSION,
 			cfg.socket, cfg.state_dir, cfg.logdir);
 		if (ready_fd >= 0) {
 			/* Detached: let go of the terminal; the log goes on in the

@@ -11,6 +11,7 @@ An sdist cannot carry them: build from a checkout."""
 
 import pathlib
 import platform
+import re
 
 from setuptools import Extension, setup
 
@@ -27,6 +28,9 @@ if missing:
         "checkout of ringprof with pip >= 21.3 (pip install ./python), not from a "
         "copy of the python/ directory alone or an sdist")
 
+# The version is written once, in meson.build's project().
+VERSION = re.search(r"version\s*:\s*'([^']+)'", (ROOT / "meson.build").read_text()).group(1)
+
 flags = ["-std=gnu17", "-D_GNU_SOURCE", "-DRINGPROF_NO_SESSIONS", "-fvisibility=hidden",
          "-fno-omit-frame-pointer"]
 if platform.machine() in ("x86_64", "AMD64"):
@@ -34,12 +38,13 @@ if platform.machine() in ("x86_64", "AMD64"):
     # per annotation in a dlopen'ed module (aarch64 has them by default).
     flags.append("-mtls-dialect=gnu2")
 
-setup(ext_modules=[Extension(
+setup(version=VERSION, ext_modules=[Extension(
     "ringprof._ringprof",
     sources=["ringprof/_ringprof.c"] + [str(ROOT / s) for s in SOURCES],
     include_dirs=[str(ROOT / d) for d in INCLUDES],
     # A rebuild in place (python/build) follows header changes too.
     depends=sorted(str(h) for d in INCLUDES for h in (ROOT / d).rglob("*.h")),
+    define_macros=[("RINGPROF_VERSION", f'"{VERSION}"')],
     extra_compile_args=flags,
     # Thread-exit destructors point into the module: never unload it.
     extra_link_args=["-Wl,-z,nodelete"],

@@ -35,10 +35,14 @@ if ((${#missing[@]})); then
 fi
 
 # Python: the test runner, and the real readers the exporters' tests use
-# (XProf's converter, Perfetto's trace schema).
-for module in pytest xprof perfetto; do
-  if ! python3 -c "import $module" 2>/dev/null; then
-    echo "install-deps: installing $module with pip"
-    python3 -m pip install -q --root-user-action=ignore "$module"
+# (XProf's converter, Perfetto's trace schema), at the versions the tests
+# were written against, so that a new release cannot change a CI run.
+python_pins=(pytest==9.2.0 xprof==2.24.2 perfetto==0.59.1)
+for pin in "${python_pins[@]}"; do
+  name=${pin%%==*} want=${pin##*==}
+  have=$(python3 -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+  if [[ $have != "$want" ]]; then
+    echo "install-deps: installing $pin with pip${have:+ (found $have)}"
+    python3 -m pip install -q --root-user-action=ignore "$pin"
   fi
 done

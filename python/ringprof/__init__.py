@@ -16,7 +16,7 @@ import time
 import urllib.parse
 
 try:
-    from ._ringprof import annotate, connected, counter, dropped, instant
+    from ._ringprof import __version__, annotate, connected, counter, dropped, instant
 except ImportError as e:  # a copy of the sources, not an installed package
     raise ImportError(
         f"ringprof's native part is missing ({e}): install the package with "
@@ -27,7 +27,6 @@ __all__ = [
     "RingprofError", "annotate", "instant", "counter", "connected", "dropped",
     "start_session", "stop_session", "snapshot", "trace", "status", "socket_path",
 ]
-__version__ = "0.1.0"
 
 
 def _optional(**fields):

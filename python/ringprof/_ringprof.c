@@ -439,6 +439,10 @@ PyMODINIT_FUNC PyInit__ringprof(void)
 	PyObject *m = PyModule_Create(&module_def);
 	if (!m)
 		return NULL;
+	if (PyModule_AddStringConstant(m, "__version__", RINGPROF_VERSION) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
 	Py_INCREF(&AnnotateType);
 	if (PyModule_AddObject(m, "annotate", (PyObject *)&AnnotateType) < 0) {
 		Py_DECREF(&AnnotateType);
