@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "clock.h"
 #include "doctor.h"
 #include "parse.h"
 #include "export.h"
@@ -644,13 +645,6 @@ static void print_short_coverage(struct args *a, const json_t *s)
 
 /* ---- waiting for exports (--wait) ---- */
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* --wait and --wait-timeout into a->wait_ns; -1 to go on, else the exit
  * status. */
 static int check_wait(const struct command *cmd, struct args *a)
@@ -696,9 +690,9 @@ static int await_exports(struct rp_client *client, json_t **s, uint64_t timeout_
 	if (rp_check_name(id, NAME_MAX_LEN, "session id", err) < 0)
 		return -EINVAL;
 	snprintf(path, sizeof(path), "/v1/sessions/%s", id);
-	uint64_t deadline = mono_ns() + timeout_ns;
+	uint64_t deadline = rp_clock_now_ns() + timeout_ns;
 	while (exports_pending(*s, pending, sizeof(pending))) {
-		if (mono_ns() >= deadline) {
+		if (rp_clock_now_ns() >= deadline) {
 			char d[32];
 			rp_format_duration(timeout_ns, d, sizeof(d));
 			return rp_err_set(err, -ETIMEDOUT, "session %s: %s still pending after %s: the "
@@ -1062,7 +1056,7 @@ static int cmd_capture(const struct command *cmd, struct args *a)
 		rp_format_duration(ns, d, sizeof(d));
 		fprintf(stderr, "capturing %s into session %s ...\n", d, id);
 	}
-	uint64_t deadline = mono_ns() + ns + CAPTURE_GRACE_NS;
+	uint64_t deadline = rp_clock_now_ns() + ns + CAPTURE_GRACE_NS;
 	for (;;) {
 		s = NULL;
 		if ((rc = call(a, "GET", path, NULL, &s)))
@@ -1070,7 +1064,7 @@ static int cmd_capture(const struct command *cmd, struct args *a)
 		if (strcmp(jstr(s, "state"), "open"))
 			return show_session(a, s);
 		json_decref(s);
-		if (mono_ns() > deadline) {
+		if (rp_clock_now_ns() > deadline) {
 			fprintf(stderr, "ringprof: session %s is still open %llus after its %s ended: "
 				"the daemon may be stuck; stop it with 'ringprof stop %s'\n",
 				id, (unsigned long long)(CAPTURE_GRACE_NS / 1000000000ull),
@@ -1287,10 +1281,10 @@ static int cmd_shutdown(const struct command *cmd, struct args *a)
 		return rc;
 	pid_t pid = (pid_t)jint(r, "pid");
 	json_decref(r);
-	uint64_t deadline = mono_ns() + SHUTDOWN_WAIT_NS;
+	uint64_t deadline = rp_clock_now_ns() + SHUTDOWN_WAIT_NS;
 	/* The pid as the daemon sees it: in another pid namespace kill()
 	 * finds nothing (ESRCH) and there is nothing to wait for here. */
-	while (pid > 0 && pid_running(pid) && mono_ns() < deadline)
+	while (pid > 0 && pid_running(pid) && rp_clock_now_ns() < deadline)
 		usleep(POLL_INTERVAL_MS * 1000);
 	if (pid > 0 && pid_running(pid)) {
 		fprintf(stderr, "ringprof: ringprofd (pid %d) is still sealing its rings after %llus\n",

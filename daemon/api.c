@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "alerts.h"
+#include "clock.h"
 #include "config.h"
 #include "parse.h"
 
@@ -145,16 +146,9 @@ struct request {
 	struct request *next;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void ratelog(struct ratelog *r, const char *fmt, va_list ap)
 {
-	uint64_t now = mono_ns();
+	uint64_t now = rp_clock_now_ns();
 	pthread_mutex_lock(&r->lock);
 	if (r->last_ns && now - r->last_ns < LOG_INTERVAL_NS) {
 		r->skipped++;
@@ -495,13 +489,6 @@ static int last_ns_field(const struct rp_api *api, const json_t *obj, uint64_t *
 	return over_max(api, "last_ns", given, err);
 }
 
-static int64_t wall_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* RFC 3339 text or integer Unix ns, at most 1 s ahead of our clock. */
 static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_err *err)
 {
@@ -525,7 +512,7 @@ static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_e
 		return rp_err_set(err, -EINVAL,
 				  "field 'end': %lld ns lies before 1970: give a time while the daemon was recording",
 				  (long long)wall);
-	int64_t now = wall_now_ns();
+	int64_t now = rp_clock_wall_ns();
 	if (wall > now + 1000000000) {
 		char end_s[48], now_s[48];
 		rp_format_time(wall, end_s, sizeof(end_s));
@@ -955,7 +942,7 @@ static struct conn *conn_of(struct MHD_Connection *c)
 /* With api->lock held. */
 static void start_waiting(struct rp_api *api, struct conn *k)
 {
-	k->waiting_since = mono_ns();
+	k->waiting_since = rp_clock_now_ns();
 	k->next = NULL;
 	k->prev = api->waiting_tail;
 	if (api->waiting_tail)
@@ -1049,7 +1036,7 @@ static void notify_connection(void *cls, struct MHD_Connection *c, void **socket
 		*socket_context = k;
 		start_waiting(api, k);
 	}
-	if (make_room(api, l, mono_ns()))
+	if (make_room(api, l, rp_clock_now_ns()))
 		pthread_cond_signal(&api->reap);
 	pthread_mutex_unlock(&api->lock);
 	set_timeout(api, c, true);
@@ -1062,7 +1049,7 @@ static void *reaper_main(void *arg)
 	rp_format_duration(api->header_timeout_ns, limit, sizeof(limit));
 	pthread_mutex_lock(&api->lock);
 	while (!api->reaper_stop) {
-		uint64_t now = mono_ns();
+		uint64_t now = rp_clock_now_ns();
 		while (api->waiting && now - api->waiting->waiting_since >= api->header_timeout_ns) {
 			drop_waiting(api, api->waiting);
 			ratelog_line(&api->slow_log,

@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "hostmetrics.h"
 #include "parse.h"
+#include "safefs.h"
 #ifdef RINGPROF_HAVE_SAMPLER
 #include <linux/types.h>
 
@@ -811,25 +812,6 @@ static int recover_rings(struct rp_rings *r, struct rp_err *err)
 	return rc;
 }
 
-static int make_dirs(const char *path, struct rp_err *err)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof(buf), "%s", path);
-	for (char *p = buf + 1;; p++) {
-		if (*p == '/' || *p == 0) {
-			char c = *p;
-			*p = 0;
-			if (mkdir(buf, 0750) < 0 && errno != EEXIST)
-				return rp_err_set(err, -errno, "cannot create directory %s: %s",
-						  buf, strerror(errno));
-			*p = c;
-			if (!c)
-				break;
-		}
-	}
-	return 0;
-}
-
 /* The collectors feeding the host ring; the ingest thread is not running. */
 static void close_collectors(struct rp_rings *r)
 {
@@ -858,7 +840,9 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	rp_cond_init_monotonic(&r->wake);
 	pthread_cond_init(&r->served, NULL);
 	struct device *host;
-	int rc = make_dirs(cfg->state_dir, err);
+	int rc = rp_safefs_open_root(cfg->state_dir, 0750, true, err);
+	if (rc >= 0)
+		rc = close(rc);
 	if (rc == 0)
 		rc = recover_rings(r, err);
 	if (rc == 0)

@@ -213,7 +213,7 @@ int rp_chunk_builder_new(uint32_t device_id, size_t max_chunk_bytes,
 	struct rp_chunk_builder *b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	size_t largest = RP_CHUNK_HEADER_SIZE + (size_t)LZ4_compressBound(RP_CHUNK_RAW_MAX);
+	size_t largest = RP_CHUNK_MAX;
 	b->device_id = device_id;
 	b->max_chunk = max_chunk_bytes < largest ? max_chunk_bytes : largest;
 	b->target_max = RP_CHUNK_RAW_MAX - ENC_MAX;

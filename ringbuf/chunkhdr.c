@@ -40,7 +40,7 @@ static void encode(const struct rp_chunk_header *h, unsigned char *o)
 	put64(o + 32, h->last_ts);
 	put32(o + 40, h->event_count);
 	put32(o + 44, h->raw_size);
-	put32(o + 48, h->comp_size);
+	put32(o + RP_CHUNK_COMP_SIZE_OFFSET, h->comp_size);
 	put32(o + OFF_CRC, h->crc32c);
 	put64(o + 56, (uint64_t)h->wall_offset_ns);
 }
@@ -59,7 +59,7 @@ static void decode(const unsigned char *o, struct rp_chunk_header *h)
 	h->last_ts = get64(o + 32);
 	h->event_count = get32(o + 40);
 	h->raw_size = get32(o + 44);
-	h->comp_size = get32(o + 48);
+	h->comp_size = get32(o + RP_CHUNK_COMP_SIZE_OFFSET);
 	h->crc32c = get32(o + OFF_CRC);
 	h->wall_offset_ns = (int64_t)get64(o + 56);
 }

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <lz4.h>
+
 #include "err.h"
 
 #define RP_CHUNK_MAGIC 0x4b435052u /* "RPCK" */
@@ -16,6 +18,8 @@
 #define RP_CHUNK_HEADER_SIZE 64
 /* Upper bound on an uncompressed chunk; larger sizes mark corruption. */
 #define RP_CHUNK_RAW_MAX (16u << 20)
+/* Upper bound on a whole chunk: header and LZ4's worst case of the largest payload. */
+#define RP_CHUNK_MAX (RP_CHUNK_HEADER_SIZE + LZ4_COMPRESSBOUND(RP_CHUNK_RAW_MAX))
 
 enum rp_chunk_codec {
 	RP_CODEC_LZ4 = 1, /* LZ4 block format */
@@ -26,6 +30,9 @@ enum rp_chunk_codec {
  *  8 device_id u32 | 12 dropped u32 | 16 seq u64 | 24 first_ts u64
  * 32 last_ts u64 | 40 event_count u32 | 44 raw_size u32 | 48 comp_size u32
  * 52 crc32c u32 | 56 wall_offset_ns i64 */
+/* Where comp_size lies: a reader needs it to know how much of a chunk to
+ * read before the chunk can be checked. */
+#define RP_CHUNK_COMP_SIZE_OFFSET 48
 struct rp_chunk_header {
 	uint32_t magic;
 	uint8_t version;

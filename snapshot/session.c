@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "chunk.h"
+#include "clock.h"
 #include "parse.h"
 #include "safefs.h"
 
@@ -34,13 +35,8 @@
 #define MAX_SUFFIX 1000
 /* Longest given id: leaves room for the path around it. */
 #define ID_MAX 128
-/* Largest chunk a .chunks file can hold: the LZ4 bound of the largest
- * raw payload, plus the header.  Also bounds a reader's buffer. */
-#define CHUNK_MAX (RP_CHUNK_HEADER_SIZE + RP_CHUNK_RAW_MAX + RP_CHUNK_RAW_MAX / 255 + 16)
+/* A reader's buffer to start with; grown up to RP_CHUNK_MAX for a larger chunk. */
 #define READ_BLOCK (1u << 20)
-/* comp_size in the chunk header (chunkhdr.h), read to know how much of a
- * chunk to read before it can be checked. */
-#define COMP_SIZE_OFF 48
 
 enum saved_kind {
 	SAVED_CHUNK,   /* a copy of the chunk seq */
@@ -194,13 +190,6 @@ static char *join(const char *fmt, ...)
 	return n < 0 ? NULL : out;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Claim s->path for this host with its .open marker, made only while the
  * host has no marker and no manifest there: several hosts share one
  * directory when they write one session, each host once. */
@@ -232,7 +221,7 @@ static int claim(struct rp_session *s, const char *logdir, struct rp_err *err)
 	if (rc == 0) {
 		s->marker = marker;
 		marker = NULL;
-		s->touched_ns = mono_ns();
+		s->touched_ns = rp_clock_now_ns();
 	}
 out:
 	free(marker);
@@ -963,7 +952,7 @@ int rp_session_pump(struct rp_session *s, struct rp_err *err)
 	struct rp_err why = { 0 };
 	int rc = pump(s, false, &why);
 	/* Retention takes a session whose marker went stale for abandoned. */
-	uint64_t now = mono_ns();
+	uint64_t now = rp_clock_now_ns();
 	if (rc == 0 && now - s->touched_ns >= RP_SESSION_OPEN_FRESH_NS / 10) {
 		if (utimensat(s->dirfd, s->marker, NULL, AT_SYMLINK_NOFOLLOW) < 0)
 			rc = rp_err_set(&why, -errno, "cannot refresh %s/%s: %s: retention may delete "
@@ -1506,18 +1495,18 @@ int rp_session_chunks_next(struct rp_session_chunks *c, const void **chunk, size
 		uint64_t at = c->base + c->pos;
 		uint32_t comp = 0;
 		if (avail >= RP_CHUNK_HEADER_SIZE) {
-			const unsigned char *b = c->buf + c->pos + COMP_SIZE_OFF;
+			const unsigned char *b = c->buf + c->pos + RP_CHUNK_COMP_SIZE_OFFSET;
 			comp = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
 			       (uint32_t)b[3] << 24;
 			size_t want = RP_CHUNK_HEADER_SIZE + (size_t)comp;
-			if (want <= CHUNK_MAX && (rc = fill(c, want, err)) < 0)
+			if (want <= RP_CHUNK_MAX && (rc = fill(c, want, err)) < 0)
 				return rc;
 			avail = c->len - c->pos;
 		}
 		size_t want = RP_CHUNK_HEADER_SIZE + (size_t)comp;
 		struct rp_chunk_header h;
 		struct rp_err why = { 0 };
-		if (avail >= want && want <= CHUNK_MAX &&
+		if (avail >= want && want <= RP_CHUNK_MAX &&
 		    rp_chunk_header_check(c->buf + c->pos, want, &h, &why) == 0) {
 			*chunk = c->buf + c->pos;
 			*len = want;

@@ -19,6 +19,14 @@ static inline uint64_t rp_clock_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Wall-clock (CLOCK_REALTIME) ns since the Unix epoch. */
+static inline int64_t rp_clock_wall_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static inline uint64_t rp_rdtsc(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
