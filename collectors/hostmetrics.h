@@ -23,7 +23,7 @@ struct rp_hostmetrics;
 /* proc_root is where proc is mounted ("/proc"; another directory in
  * tests); interval_ns how often poll reads it.  Fails when stat or
  * meminfo cannot be read there. */
-int rp_hostmetrics_new(const char *proc_root, uint64_t interval_ns,
+RP_MUST_CHECK int rp_hostmetrics_new(const char *proc_root, uint64_t interval_ns,
 		       struct rp_hostmetrics **out, struct rp_err *err);
 void rp_hostmetrics_free(struct rp_hostmetrics *h);
 
@@ -31,7 +31,7 @@ void rp_hostmetrics_free(struct rp_hostmetrics *h);
  * call), read and hand each counter, stamped now_ns, to fn.  Returns how
  * many counters, 0 when not due, or a negative errno (a file unreadable
  * or malformed; the error from fn). */
-int rp_hostmetrics_poll(struct rp_hostmetrics *h, uint64_t now_ns, rp_event_fn fn,
+RP_MUST_CHECK int rp_hostmetrics_poll(struct rp_hostmetrics *h, uint64_t now_ns, rp_event_fn fn,
 			void *ctx, struct rp_err *err);
 /* When poll reads next (host clock ns; 0 before the first poll), so that
  * a caller waiting between polls does not sleep past it. */

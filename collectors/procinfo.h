@@ -35,7 +35,7 @@ struct rp_procinfo;
 
 /* proc_root is where proc is mounted ("/proc"; another directory in
  * tests). */
-int rp_procinfo_new(const char *proc_root, struct rp_procinfo **out, struct rp_err *err);
+RP_MUST_CHECK int rp_procinfo_new(const char *proc_root, struct rp_procinfo **out, struct rp_err *err);
 void rp_procinfo_free(struct rp_procinfo *p);
 
 /* For a CPU sample, before it is recorded: describe its process if it is
@@ -43,7 +43,7 @@ void rp_procinfo_free(struct rp_procinfo *p);
  * of them (at most once a second per process, backing off to once a
  * minute while nothing new turns up).  Events are stamped with the
  * sample's time.  Returns 0, or the first error of fn. */
-int rp_procinfo_sample(struct rp_procinfo *p, const struct rp_event *sample, rp_event_fn fn,
+RP_MUST_CHECK int rp_procinfo_sample(struct rp_procinfo *p, const struct rp_event *sample, rp_event_fn fn,
 		       void *ctx);
 
 /* Forget the processes that exited (no <proc_root>/PID any more), calling

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "err.h"
+
 static inline uint64_t rp_clock_now_ns(void)
 {
 	struct timespec ts;
@@ -63,7 +65,7 @@ struct rp_tsc_calib {
 
 /* Measure the tick rate against CLOCK_MONOTONIC over about `ms`
  * milliseconds (blocking).  -ENOTSUP when the TSC is not usable. */
-int rp_tsc_calibrate(struct rp_tsc_calib *c, unsigned ms);
+RP_MUST_CHECK int rp_tsc_calibrate(struct rp_tsc_calib *c, unsigned ms);
 
 /* Re-anchor at the current instant and refine the rate from the time
  * elapsed since the last refresh.  Cheap; call about once a second. */

@@ -9,6 +9,15 @@
 
 #include <stddef.h>
 
+/* On every rp_ function returning a status: a caller that ignores one says
+ * so with (void).  GCC's warn_unused_result cannot be silenced by a cast,
+ * its C2x [[nodiscard]] can; clang's older C modes lack [[ ]]. */
+#if defined(__clang__)
+#define RP_MUST_CHECK __attribute__((warn_unused_result))
+#else
+#define RP_MUST_CHECK [[nodiscard]]
+#endif
+
 struct rp_err {
 	int code;       /* negative errno, 0 when unset */
 	char msg[512];

@@ -31,7 +31,7 @@ struct rp_alert_batch {
 
 /* -EINVAL with the offending field ("alerts[2].startsAt: ...") for a body
  * that is not such a payload. */
-int rp_alerts_parse(const char *body, size_t len, struct rp_alert_batch *out,
+RP_MUST_CHECK int rp_alerts_parse(const char *body, size_t len, struct rp_alert_batch *out,
 		    struct rp_err *err);
 void rp_alerts_free(struct rp_alert_batch *b);
 

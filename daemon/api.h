@@ -90,7 +90,7 @@ struct rp_api_opts {
 
 struct rp_api;
 
-int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops,
+RP_MUST_CHECK int rp_api_start(const struct rp_api_opts *opts, const struct rp_api_ops *ops,
 		 void *ctx, struct rp_api **out, struct rp_err *err);
 /* Stops accepting, finishes requests in progress (queued ones get 503),
  * removes the socket. */

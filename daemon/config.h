@@ -134,14 +134,14 @@ void rp_config_defaults(struct rp_config *c);
 /* Apply an INI file on top of *c.  Errors: "FILE:LINE: unknown key 'x' in
  * [daemon]; known keys: ..." and the like, -EINVAL; -ENOENT etc. for an
  * unreadable file. */
-int rp_config_load(struct rp_config *c, const char *path, struct rp_err *err);
+RP_MUST_CHECK int rp_config_load(struct rp_config *c, const char *path, struct rp_err *err);
 /* Budget and slot size for a device ring (per-device section or default). */
 void rp_config_ring(const struct rp_config *c, const char *device,
 		    uint64_t *budget_bytes, uint32_t *slot_size);
 /* max_age for a device ring (per-device section or default); 0: none. */
 uint64_t rp_config_ring_max_age(const struct rp_config *c, const char *device);
 /* Check cross-field rules (tcp_listen needs token_file, sizes, ...). */
-int rp_config_check(const struct rp_config *c, struct rp_err *err);
+RP_MUST_CHECK int rp_config_check(const struct rp_config *c, struct rp_err *err);
 /* Print the effective configuration in the INI syntax it reads. */
 void rp_config_print(const struct rp_config *c, FILE *out);
 

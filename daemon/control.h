@@ -15,7 +15,7 @@ struct rp_control;
 /* rules (borrowed, may be NULL): their firings become snapshots, taken
  * by the session thread once each window has ended, and their range
  * histograms go into /metrics. */
-int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_rules *rules,
+RP_MUST_CHECK int rp_control_new(const struct rp_config *cfg, struct rp_rings *rings, struct rp_rules *rules,
 		   struct rp_control **out, struct rp_err *err);
 /* Close every open session (complete, window ending now) and free. */
 void rp_control_free(struct rp_control *c);
@@ -23,7 +23,7 @@ void rp_control_free(struct rp_control *c);
 /* The watchdog's check of the session thread (struct rp_notify_check,
  * ctx the struct rp_control *): 0 once it completed a pass over the open
  * sessions, -ETIMEDOUT when none within timeout_ns. */
-int rp_control_alive(void *ctx, uint64_t timeout_ns, struct rp_err *err);
+RP_MUST_CHECK int rp_control_alive(void *ctx, uint64_t timeout_ns, struct rp_err *err);
 
 /* The rp_api_ops to serve with a struct rp_control * as context. */
 extern const struct rp_api_ops rp_control_ops;

@@ -33,7 +33,7 @@ struct rp_exporter;
 
 /* Start the thread; its first job is the scan for pending exports, so
  * the start never waits for the log directory. */
-int rp_exporter_start(const struct rp_exporter_opts *opts, struct rp_exporter **out,
+RP_MUST_CHECK int rp_exporter_start(const struct rp_exporter_opts *opts, struct rp_exporter **out,
 		      struct rp_err *err);
 /* Queue the exports of the session in dir (those its manifest lists as
  * pending).  Never blocks: with the queue full it waits on disk. */

@@ -20,7 +20,7 @@ enum rp_gate_verdict {
 
 struct rp_gate;
 
-int rp_gate_new(uint64_t cooldown_ns, unsigned max_per_hour, struct rp_gate **out,
+RP_MUST_CHECK int rp_gate_new(uint64_t cooldown_ns, unsigned max_per_hour, struct rp_gate **out,
 		struct rp_err *err);
 void rp_gate_free(struct rp_gate *g);
 

@@ -43,7 +43,7 @@ struct rp_notify;
 /* Send READY=1 and the first STATUS, and start the thread that updates
  * STATUS and pings the watchdog at half its timeout.  *out is NULL when
  * there is no NOTIFY_SOCKET. */
-int rp_notify_start(const struct rp_notify_opts *opts, struct rp_notify **out,
+RP_MUST_CHECK int rp_notify_start(const struct rp_notify_opts *opts, struct rp_notify **out,
 		    struct rp_err *err);
 /* Stop the thread and send STOPPING=1.  NULL is fine. */
 void rp_notify_stop(struct rp_notify *n);

@@ -13,7 +13,7 @@
 struct rp_producers;
 
 /* Listen on "<cfg->socket>.producers" (mode 0660). */
-int rp_producers_start(const struct rp_config *cfg, struct rp_rings *rings,
+RP_MUST_CHECK int rp_producers_start(const struct rp_config *cfg, struct rp_rings *rings,
 		       struct rp_producers **out, struct rp_err *err);
 void rp_producers_stop(struct rp_producers *p);
 

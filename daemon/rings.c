@@ -337,12 +337,12 @@ static void attach_pending(struct rp_rings *r, struct pending *p)
 	if (p->process_name[0]) {
 		struct rp_event ev = { .kind = RP_EV_PROCESS_NAME, .ts = now, .pid = pid,
 				       .tid = pid, .name = p->process_name };
-		rp_drain_add(p->dev->drain, &ev, NULL);
+		(void)rp_drain_add(p->dev->drain, &ev, NULL); /* a name lost: the drain counts it */
 	}
 	if (p->thread_name[0]) {
 		struct rp_event ev = { .kind = RP_EV_THREAD_NAME, .ts = now, .pid = pid,
 				       .tid = tid, .name = p->thread_name };
-		rp_drain_add(p->dev->drain, &ev, NULL);
+		(void)rp_drain_add(p->dev->drain, &ev, NULL); /* a name lost: the drain counts it */
 	}
 	if (rp_drain_attach(p->dev->drain, p->ring) < 0) {
 		unaccount_ring(r, p->ring);
@@ -420,11 +420,11 @@ static int add_sample(void *ctx, const struct rp_event *ev)
 	struct sample_ctx *c = ctx;
 	/* The process's name, command line and mappings precede its first
 	 * sample, and new mappings the first sample that runs in them. */
-	rp_procinfo_sample(c->procinfo, ev, to_drain, c->host);
+	(void)rp_procinfo_sample(c->procinfo, ev, to_drain, c->host); /* metadata is best effort */
 	if (ev->name && ev->tid && first_sight(c, ev->tid)) {
 		struct rp_event name = { .kind = RP_EV_THREAD_NAME, .ts = ev->ts, .pid = ev->pid,
 					 .tid = ev->tid, .name = ev->name };
-		rp_drain_add(c->host, &name, NULL);
+		(void)rp_drain_add(c->host, &name, NULL);
 	}
 	return rp_drain_add(c->host, ev, NULL);
 }
@@ -486,7 +486,7 @@ static void poll_sampler(struct rp_rings *r, unsigned want_hz, struct rp_err *hz
 	if (st.lost > r->sampler_lost_seen) {
 		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = rp_clock_now_ns(),
 				       .u.drops.count = st.lost - r->sampler_lost_seen };
-		rp_drain_add(host, &ev, NULL);
+		(void)rp_drain_add(host, &ev, NULL);
 		r->sampler_lost_seen = st.lost;
 	}
 	if (st.frequency_hz != r->sampler_hz_recorded) {
@@ -664,7 +664,7 @@ static void *ingest_main(void *arg)
 				error_logged = now;
 			}
 			if (reap)
-				rp_drain_reap(d->drain, producer_gone, r);
+				(void)rp_drain_reap(d->drain, producer_gone, r);
 		}
 		if (reap) {
 			reap_processes(r);

@@ -58,7 +58,7 @@ struct rp_rings;
  * ring, start the CPU sampler as configured (a sampler that cannot start
  * is fatal only with [sampler] enabled = true), and start the ingest
  * thread. */
-int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out,
+RP_MUST_CHECK int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out,
 		   struct rp_err *err);
 /* Stop the ingest thread after a last flush, sync and close every ring. */
 void rp_rings_stop(struct rp_rings *r);
@@ -71,7 +71,7 @@ void rp_rings_stop(struct rp_rings *r);
  * key: a device not in the table (host, gpuN, tpuN, ncN, [ring.NAME]
  * sections), more than [producers] max_devices device rings, max_rings,
  * max_rings_per_process or max_shm. */
-int rp_rings_attach(struct rp_rings *r, const char *device,
+RP_MUST_CHECK int rp_rings_attach(struct rp_rings *r, const char *device,
 		    struct rp_shmring *ring, bool own_tid, const char *thread_name,
 		    struct rp_err *err);
 /* Have the ingest thread show every event it takes in, on every device
@@ -80,23 +80,23 @@ int rp_rings_attach(struct rp_rings *r, const char *device,
 void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx);
 /* Seal everything producers committed up to now and wait for it to be
  * written, so that a window read includes it. */
-int rp_rings_flush(struct rp_rings *r, struct rp_err *err);
+RP_MUST_CHECK int rp_rings_flush(struct rp_rings *r, struct rp_err *err);
 
 /* Sample at hz per CPU, or at [sampler] frequency when that is higher
  * (hz 0: at [sampler] frequency), from the ingest thread's next pass on;
  * waits for it.  When the sampler cannot be re-armed at that rate it keeps
  * the one it had and this returns why.  Without a running sampler it
  * does nothing. */
-int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err);
+RP_MUST_CHECK int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err);
 
 unsigned rp_rings_count(struct rp_rings *r);
 /* Stats of device i (0 .. count-1); -ENOENT past the end. */
-int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info);
+RP_MUST_CHECK int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info);
 void rp_rings_producer_stats(struct rp_rings *r, struct rp_producer_stats *st);
 /* The producer stats, and corrupt records per producer, as Prometheus
  * text lines for /metrics. */
 void rp_rings_producer_metrics(struct rp_rings *r, FILE *f);
 /* Collector i (0 ..); -ENOENT past the end. */
-int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info);
+RP_MUST_CHECK int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info);
 
 #endif

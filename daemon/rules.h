@@ -35,7 +35,7 @@ struct rp_rule_fire {
 struct rp_rules;
 
 /* rules[0..n-1] are checked by rp_config_check and copied. */
-int rp_rules_new(const struct rp_rule_config *rules, unsigned n, struct rp_rules **out,
+RP_MUST_CHECK int rp_rules_new(const struct rp_rule_config *rules, unsigned n, struct rp_rules **out,
 		 struct rp_err *err);
 void rp_rules_free(struct rp_rules *r);
 
@@ -43,7 +43,7 @@ void rp_rules_free(struct rp_rules *r);
 void rp_rules_observe(void *ctx, const struct rp_event *ev);
 
 /* 1 and the oldest request whose window ended by now_ns, 0 when none. */
-int rp_rules_take(struct rp_rules *r, uint64_t now_ns, struct rp_rule_fire *out);
+RP_MUST_CHECK int rp_rules_take(struct rp_rules *r, uint64_t now_ns, struct rp_rule_fire *out);
 
 /* Firings refused by the rules' cool-downs / rate limits (verdict v). */
 uint64_t rp_rules_skipped(struct rp_rules *r, enum rp_gate_verdict v);

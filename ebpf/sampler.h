@@ -41,10 +41,10 @@ struct rp_sampler_stats {
 
 struct rp_sampler;
 
-int rp_sampler_open(const struct rp_sampler_opts *opts, struct rp_sampler **out,
+RP_MUST_CHECK int rp_sampler_open(const struct rp_sampler_opts *opts, struct rp_sampler **out,
 		    struct rp_err *err);
 /* Re-opens the perf events at hz; on failure the old ones stay. */
-int rp_sampler_set_frequency(struct rp_sampler *s, unsigned hz, struct rp_err *err);
+RP_MUST_CHECK int rp_sampler_set_frequency(struct rp_sampler *s, unsigned hz, struct rp_err *err);
 
 /* A CPU sample: ts in host-clock (CLOCK_MONOTONIC) ns, name = the thread's
  * comm, u.sample.frames leaf first with the kernel frames first.  User

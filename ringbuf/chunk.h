@@ -18,7 +18,7 @@ struct rp_chunk_builder;
 
 /* A builder for chunks of at most max_chunk_bytes (header + compressed
  * payload, at least 4096: -EINVAL otherwise), for the device device_id. */
-int rp_chunk_builder_new(uint32_t device_id, size_t max_chunk_bytes,
+RP_MUST_CHECK int rp_chunk_builder_new(uint32_t device_id, size_t max_chunk_bytes,
 			 struct rp_chunk_builder **out);
 void rp_chunk_builder_free(struct rp_chunk_builder *b);
 
@@ -26,7 +26,7 @@ void rp_chunk_builder_free(struct rp_chunk_builder *b);
  * without one ignored).  Returns 0, or -ENOSPC when the chunk is full:
  * seal it, then add the event again.  -EINVAL for an event that cannot be
  * encoded (unknown kind, too many frames, nkernel > nframes). */
-int rp_chunk_builder_add(struct rp_chunk_builder *b, const struct rp_event *ev);
+RP_MUST_CHECK int rp_chunk_builder_add(struct rp_chunk_builder *b, const struct rp_event *ev);
 /* Events added and not yet sealed. */
 uint32_t rp_chunk_builder_count(const struct rp_chunk_builder *b);
 /* Host-clock timestamp of the first event added since the last seal
@@ -41,18 +41,18 @@ size_t rp_chunk_builder_room(const struct rp_chunk_builder *b);
  * Should the compressed events not fit, the longest prefix that fits is
  * sealed and the rest stay in the builder (check count afterwards).
  * -ENODATA when there is nothing to seal. */
-int rp_chunk_builder_seal(struct rp_chunk_builder *b, uint64_t seq,
+RP_MUST_CHECK int rp_chunk_builder_seal(struct rp_chunk_builder *b, uint64_t seq,
 			  int64_t wall_offset_ns, void *out, size_t out_cap,
 			  size_t *out_len);
 
 /* Reading: check and decompress one chunk, then walk its events. */
 struct rp_chunk_reader;
-int rp_chunk_reader_new(struct rp_chunk_reader **out);
+RP_MUST_CHECK int rp_chunk_reader_new(struct rp_chunk_reader **out);
 void rp_chunk_reader_free(struct rp_chunk_reader *r);
 /* Check (rp_chunk_header_check) and decompress buf.  Copies what it
  * needs; buf may be reused afterwards.  -EBADMSG with a message when the
  * chunk is corrupt. */
-int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *buf, size_t len,
+RP_MUST_CHECK int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *buf, size_t len,
 			 struct rp_err *err);
 /* The loaded chunk's header; NULL unless the last load succeeded. */
 const struct rp_chunk_header *rp_chunk_reader_header(const struct rp_chunk_reader *r);
@@ -60,7 +60,7 @@ const struct rp_chunk_header *rp_chunk_reader_header(const struct rp_chunk_reade
  * load), 0 at the end (or when nothing is loaded), -EBADMSG with a
  * message when the encoding is corrupt (the remaining events of the chunk
  * are then unreadable). */
-int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev,
+RP_MUST_CHECK int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev,
 			 struct rp_err *err);
 
 #endif

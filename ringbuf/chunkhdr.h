@@ -65,7 +65,7 @@ void rp_chunk_header_write(struct rp_chunk_header *hdr, void *out,
  * sizes against len and limits, timestamps ordered, CRC.  On success fills
  * *hdr and returns 0; otherwise -EBADMSG (corrupt) or -EPROTONOSUPPORT
  * (newer version) with a message in err. */
-int rp_chunk_header_check(const void *buf, size_t len,
+RP_MUST_CHECK int rp_chunk_header_check(const void *buf, size_t len,
 			  struct rp_chunk_header *hdr, struct rp_err *err);
 
 #endif

@@ -780,7 +780,7 @@ void rp_drain_free(struct rp_drain *d)
 {
 	if (!d)
 		return;
-	rp_drain_flush(d, NULL);
+	(void)rp_drain_flush(d, NULL); /* a ring that cannot be written has said why */
 	for (size_t i = 0; i < d->nproducers; i++)
 		rp_shmring_close(d->producers[i].ring);
 	free(d->producers);

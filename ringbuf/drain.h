@@ -42,19 +42,19 @@ struct rp_drain_stats {
 struct rp_drain;
 
 /* The drain writes into rf (borrowed: it must outlive the drain). */
-int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
+RP_MUST_CHECK int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 		 struct rp_drain **out, struct rp_err *err);
 /* Seals what is pending, syncs the ring file and frees the drain (the
  * attached producer rings are closed). */
 void rp_drain_free(struct rp_drain *d);
 
 /* Attach a producer ring; the drain takes ownership. */
-int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring);
+RP_MUST_CHECK int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring);
 /* Detach (and close) rings whose producer is gone, after draining them
  * one last time; `gone` decides from the ring (its pid, its tid).  The
  * names and mappings of a process are forgotten with its last ring.
  * Returns how many were detached. */
-int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring, void *ctx),
+RP_MUST_CHECK int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring, void *ctx),
 		  void *ctx);
 
 /* Add an event produced inside this process (ts in host ns).  Process
@@ -69,12 +69,12 @@ int rp_drain_reap(struct rp_drain *d, bool (*gone)(const struct rp_shmring *ring
  * metadata alone passes half a chunk gets what fits, the rest first the
  * next time.  Events a split seal carries over get theirs after them, as
  * far as it fits. */
-int rp_drain_add(struct rp_drain *d, const struct rp_event *ev,
+RP_MUST_CHECK int rp_drain_add(struct rp_drain *d, const struct rp_event *ev,
 		 struct rp_err *err);
 /* Add ev and repeat it at the start of every later chunk, whatever its
  * events, until an event of the same kind, pid, tid and name replaces it
  * (e.g. the sampling frequency).  Not for CPU samples (-EINVAL). */
-int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev,
+RP_MUST_CHECK int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev,
 			struct rp_err *err);
 /* Stop repeating the names, mappings and sticky events of process pid
  * (it exited: chunks holding its events already hold them). */
@@ -90,7 +90,7 @@ long rp_drain_poll(struct rp_drain *d, struct rp_err *err);
 /* Force-seal: drain, seal the open chunk even if small, and wait until
  * every chunk is written, so a window read includes everything up to
  * now. */
-int rp_drain_flush(struct rp_drain *d, struct rp_err *err);
+RP_MUST_CHECK int rp_drain_flush(struct rp_drain *d, struct rp_err *err);
 
 void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st);
 

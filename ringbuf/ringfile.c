@@ -1331,7 +1331,7 @@ void rp_ringfile_close(struct rp_ringfile *rf)
 {
 	if (!rf)
 		return;
-	rp_ringfile_sync(rf, true, NULL);
+	(void)rp_ringfile_sync(rf, true, NULL); /* closing anyway: recovery handles the rest */
 	rf_free(rf);
 }
 

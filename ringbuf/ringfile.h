@@ -83,10 +83,10 @@ struct rp_ringfile;
  * open for writing elsewhere (-EBUSY: the writer holds a flock), a
  * symbolic link (-ELOOP: never followed), not a regular file (-EINVAL: a
  * FIFO is not waited on). */
-int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
+RP_MUST_CHECK int rp_ringfile_open(const char *path, const struct rp_ringfile_opts *opts,
 		     struct rp_ringfile **out, struct rp_err *err);
 /* Open an existing ring file read-only (recovery scan, no writes). */
-int rp_ringfile_open_readonly(const char *path, struct rp_ringfile **out,
+RP_MUST_CHECK int rp_ringfile_open_readonly(const char *path, struct rp_ringfile **out,
 			      struct rp_err *err);
 /* Flushes (as rp_ringfile_sync) and frees. */
 void rp_ringfile_close(struct rp_ringfile *rf);
@@ -102,25 +102,25 @@ uint64_t rp_ringfile_next_seq(const struct rp_ringfile *rf);
  * rp_ringfile_next_seq().  The chunk becomes visible to readers once its
  * write has completed.  A write that fails later (-EIO, -ENOSPC) loses
  * only its chunk; poll and sync report it (stats.write_errors counts). */
-int rp_ringfile_append(struct rp_ringfile *rf, const void *chunk, size_t len,
+RP_MUST_CHECK int rp_ringfile_append(struct rp_ringfile *rf, const void *chunk, size_t len,
 		       struct rp_err *err);
 /* Reap completed writes without waiting. */
-int rp_ringfile_poll(struct rp_ringfile *rf, struct rp_err *err);
+RP_MUST_CHECK int rp_ringfile_poll(struct rp_ringfile *rf, struct rp_err *err);
 /* Wait until every queued write has completed (and fdatasync when
  * durable is true). */
-int rp_ringfile_sync(struct rp_ringfile *rf, bool durable, struct rp_err *err);
+RP_MUST_CHECK int rp_ringfile_sync(struct rp_ringfile *rf, bool durable, struct rp_err *err);
 
 void rp_ringfile_stats(struct rp_ringfile *rf, struct rp_ringfile_stats *st);
 
 /* Chunks overlapping [t0, t1] (host ns, inclusive), ordered by seq. */
 struct rp_ringfile_iter;
-int rp_ringfile_iter_new(struct rp_ringfile *rf, uint64_t t0, uint64_t t1,
+RP_MUST_CHECK int rp_ringfile_iter_new(struct rp_ringfile *rf, uint64_t t0, uint64_t t1,
 			 struct rp_ringfile_iter **out);
 /* 1 with *chunk (borrowed until the next call) and *len, 0 at the end,
  * a negative errno when reading the file fails.  hdr may be NULL.
  * Chunks overwritten or corrupt since the iteration began are skipped
  * and counted in stats.overwritten_in_read. */
-int rp_ringfile_iter_next(struct rp_ringfile_iter *it, const void **chunk,
+RP_MUST_CHECK int rp_ringfile_iter_next(struct rp_ringfile_iter *it, const void **chunk,
 			  size_t *len, struct rp_chunk_header *hdr);
 void rp_ringfile_iter_free(struct rp_ringfile_iter *it);
 /* Pass over, without reading them, the chunks below seq (a reader that
@@ -137,7 +137,7 @@ void rp_ringfile_iter_skip_below(struct rp_ringfile_iter *it, uint64_t seq);
 typedef int (*rp_ringfile_save_fn)(void *ctx, const void *chunk, size_t len,
 				   const struct rp_chunk_header *hdr);
 struct rp_ringfile_pin;
-int rp_ringfile_pin(struct rp_ringfile *rf, uint64_t from_seq, uint64_t to_seq,
+RP_MUST_CHECK int rp_ringfile_pin(struct rp_ringfile *rf, uint64_t from_seq, uint64_t to_seq,
 		    rp_ringfile_save_fn save, void *ctx,
 		    struct rp_ringfile_pin **out);
 void rp_ringfile_unpin(struct rp_ringfile *rf, struct rp_ringfile_pin *pin);

@@ -71,18 +71,18 @@ struct rp_shmring;
 
 /* Consumer: create a ring with a data area of data_size bytes (a power of
  * two, 4 KiB .. 1 GiB) in a new memfd, owned by producer pid/tid. */
-int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
+RP_MUST_CHECK int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
 		      enum rp_shm_clock clock, struct rp_shmring **out,
 		      struct rp_err *err);
 /* Either side: map an existing ring from its fd (the fd is dup'ed, the
  * caller keeps its own).  Validates the header: a bad fd or a header that
  * is not a ring gives -EINVAL with a message. */
-int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err);
-int rp_shmring_fd(const struct rp_shmring *r);
+RP_MUST_CHECK int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err);
+RP_MUST_CHECK int rp_shmring_fd(const struct rp_shmring *r);
 /* The ring's fd, which the caller now owns; the ring keeps working on its
  * mapping (rp_shmring_fd gives -1 from then on).  A consumer holding
  * thousands of rings need not hold their fds. */
-int rp_shmring_take_fd(struct rp_shmring *r);
+RP_MUST_CHECK int rp_shmring_take_fd(struct rp_shmring *r);
 void rp_shmring_close(struct rp_shmring *r);
 
 uint32_t rp_shmring_pid(const struct rp_shmring *r);
@@ -138,7 +138,7 @@ long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 /* Consumer: decode one record into an event (name points into the
  * record; frames into the record).  Timestamps stay in the ring's clock.
  * Returns -EBADMSG for a record whose payload does not fit its size. */
-int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
+RP_MUST_CHECK int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		    struct rp_event *ev, char namebuf[RP_NAME_MAX + 1]);
 
 #endif

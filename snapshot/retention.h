@@ -45,12 +45,12 @@ struct rp_retention_stats {
 /* One pass.  A log directory that does not exist yet holds nothing.  Goes
  * on past a session it cannot delete and returns the first such error
  * (-errno with the message), stats filled all the same. */
-int rp_retention_enforce(const struct rp_retention_opts *o, struct rp_retention_stats *st,
+RP_MUST_CHECK int rp_retention_enforce(const struct rp_retention_opts *o, struct rp_retention_stats *st,
 			 struct rp_err *err);
 
 /* Mark session directory session_dir, beneath logdir, as kept (its KEEP
  * file); idempotent.  Nothing below logdir is followed if a link. */
-int rp_retention_keep(const char *logdir, const char *session_dir, struct rp_err *err);
+RP_MUST_CHECK int rp_retention_keep(const char *logdir, const char *session_dir, struct rp_err *err);
 bool rp_retention_kept(const char *session_dir);
 
 /* Leftovers of this host's daemon that died, removed at start: its
@@ -62,7 +62,7 @@ bool rp_retention_kept(const char *session_dir);
  * daemon of this state directory out).  o->report is called for each file
  * removed (or not); the limits are not used.  Returns the number removed
  * or the first error (-errno), going on past it. */
-int rp_retention_clean_leftovers(const struct rp_retention_opts *o, const char *host,
+RP_MUST_CHECK int rp_retention_clean_leftovers(const struct rp_retention_opts *o, const char *host,
 				 struct rp_err *err);
 
 /* What the daemon will hold on disk, for the check at start. */
@@ -78,6 +78,6 @@ struct rp_disk_plan {
 /* 1 with a warning naming sizes, file system and fix in msg when ring
  * budgets plus the session quota exceed the free space plus what they
  * hold now; 0 when they fit; -errno when no file system can be asked. */
-int rp_retention_check_space(const struct rp_disk_plan *p, char *msg, size_t len);
+RP_MUST_CHECK int rp_retention_check_space(const struct rp_disk_plan *p, char *msg, size_t len);
 
 #endif

@@ -76,27 +76,27 @@ struct rp_session_cache;
  * given id that is taken is joined when the directory holds nothing of
  * this host yet (other hosts' parts of one session), else -EEXIST.
  * Errors name the directory and the fix (-EACCES, -ENOSPC, -EROFS). */
-int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
+RP_MUST_CHECK int rp_session_open(const struct rp_session_opts *opts, struct rp_session **out,
 		    struct rp_err *err);
 /* Include one device ring (borrowed: it must outlive the session).  The
  * window's first chunk is looked for among completed writes, so seal and
  * sync the ring up to the window's start first (the daemon flushes before
  * it adds rings), or a chunk still in flight could fall before the pin. */
-int rp_session_add_ring(struct rp_session *s, const char *device,
+RP_MUST_CHECK int rp_session_add_ring(struct rp_session *s, const char *device,
 			struct rp_ringfile *rf, struct rp_err *err);
 /* Copy chunks sealed since the last pump, and chunks the pins saved;
  * keeps the .open marker fresh. */
-int rp_session_pump(struct rp_session *s, struct rp_err *err);
+RP_MUST_CHECK int rp_session_pump(struct rp_session *s, struct rp_err *err);
 /* The processes whose events the session is about (ringprof run's
  * process tree): written to the manifest as "filter": {"pids": [...]},
  * which exports and summaries of the session apply.  Before close;
  * -ENOMEM. */
-int rp_session_set_pids(struct rp_session *s, const uint32_t *pids, size_t n);
+RP_MUST_CHECK int rp_session_set_pids(struct rp_session *s, const uint32_t *pids, size_t n);
 /* Last pump for the window ending at end_ns (the caller has flushed the
  * drains up to then), unpin, write <host>.manifest.json and remove the
  * .open marker.  The state becomes COMPLETE, or FAILED with the error in
  * the manifest. */
-int rp_session_close(struct rp_session *s, uint64_t end_ns, struct rp_err *err);
+RP_MUST_CHECK int rp_session_close(struct rp_session *s, uint64_t end_ns, struct rp_err *err);
 
 const char *rp_session_name(const struct rp_session *s);
 const char *rp_session_path(const struct rp_session *s);
@@ -111,7 +111,7 @@ void rp_session_free(struct rp_session *s);
  * the complete session in the directory dirfd (dir in messages): its
  * manifest's "exports" gets format: state, replaced whole (a reader sees
  * the old manifest or the new; no link in the directory is followed). */
-int rp_session_set_export(int dirfd, const char *dir, const char *host, const char *format,
+RP_MUST_CHECK int rp_session_set_export(int dirfd, const char *dir, const char *host, const char *format,
 			  json_t *state, struct rp_err *err);
 
 /* A read cache shared by the sessions open at one time: a pump pass
@@ -120,7 +120,7 @@ int rp_session_set_export(int dirfd, const char *dir, const char *host, const ch
  * chunk of a ring once, up to 64 MiB per ring, for all of them (closing
  * pumps read the ring themselves).  Used under the same serialisation as
  * the sessions' pumps; read_bytes from any thread. */
-int rp_session_cache_new(struct rp_session_cache **out);
+RP_MUST_CHECK int rp_session_cache_new(struct rp_session_cache **out);
 void rp_session_cache_begin(struct rp_session_cache *c);
 void rp_session_cache_end(struct rp_session_cache *c);
 /* Bytes the sessions sharing c read from their rings, in total. */
@@ -135,18 +135,18 @@ void rp_session_file_host(char *host);
  * dir, sorted by host: a new JSON array (empty while none is written),
  * each with "path" set to dir as this host sees it.  Unreadable manifests
  * are left out; -errno when dir cannot be read. */
-int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err);
+RP_MUST_CHECK int rp_session_manifests(const char *dir, json_t **out, struct rp_err *err);
 /* The same for the directory open as dirfd (path dir, for "path" and
  * errors).  Only regular files up to RP_SAFEFS_META_MAX are read, never
  * through a link nor blocking on a FIFO. */
-int rp_session_manifests_at(int dirfd, const char *dir, json_t **out, struct rp_err *err);
+RP_MUST_CHECK int rp_session_manifests_at(int dirfd, const char *dir, json_t **out, struct rp_err *err);
 /* Iterate one device's chunks file. */
 struct rp_session_chunks;
-int rp_session_chunks_open(const char *path, struct rp_session_chunks **out,
+RP_MUST_CHECK int rp_session_chunks_open(const char *path, struct rp_session_chunks **out,
 			   struct rp_err *err);
 /* 1 with a chunk (borrowed until the next call), 0 at the end, -EBADMSG
  * for a corrupt chunk (skipped; the next call continues after it). */
-int rp_session_chunks_next(struct rp_session_chunks *c, const void **chunk,
+RP_MUST_CHECK int rp_session_chunks_next(struct rp_session_chunks *c, const void **chunk,
 			   size_t *len, struct rp_chunk_header *hdr,
 			   struct rp_err *err);
 void rp_session_chunks_close(struct rp_session_chunks *c);

@@ -44,7 +44,7 @@ const char *rp_export_format_name(enum rp_export_format f);
 const char *rp_export_suffix(enum rp_export_format f);
 /* A comma-separated list of format names, "all" or "none", into a mask
  * of (1 << format).  -EINVAL with a message naming the known formats. */
-int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err);
+RP_MUST_CHECK int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err);
 
 /* What the Perfetto trace's tracks hang under (see perfetto.c): */
 enum rp_perfetto_grouping {
@@ -57,7 +57,7 @@ enum rp_perfetto_grouping {
 /* "process", "device", "thread". */
 const char *rp_export_grouping_name(enum rp_perfetto_grouping g);
 /* One of those names into *g.  -EINVAL with a message naming them. */
-int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
+RP_MUST_CHECK int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
 			     struct rp_err *err);
 
 struct rp_reader_filter; /* reader.h */
@@ -82,14 +82,14 @@ struct rp_export_opts {
 
 /* One host's part (manifest: an element of rp_session_manifests) of the
  * session in session_dir, in format f, to path; opts NULL: the defaults. */
-int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
+RP_MUST_CHECK int rp_export_host(const char *session_dir, json_t *manifest, enum rp_export_format f,
 		   const char *path, const struct rp_export_opts *opts, struct rp_err *err);
 
 /* Every format in mask for host's part of the session, written into
  * the session directory as <host><suffix>; host NULL: every host's;
  * opts NULL: the defaults.  Goes on past a format that fails; returns
  * the first error. */
-int rp_export_session(const char *session_dir, const char *host, unsigned mask,
+RP_MUST_CHECK int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		      const struct rp_export_opts *opts, struct rp_err *err);
 
 #endif

@@ -150,9 +150,10 @@ static void note_metadata(struct rp_reader *r, const struct rp_event *ev)
 {
 	switch (ev->kind) {
 	case RP_EV_MAPPING:
-		rp_symbolizer_add_mapping(r->sym, ev->pid, ev->u.mapping.start, ev->u.mapping.end,
-					  ev->u.mapping.offset, ev->name ? ev->name : "",
-					  ev->u.mapping.build_id, ev->u.mapping.build_id_len);
+		/* a mapping not kept leaves its frames as addresses */
+		(void)rp_symbolizer_add_mapping(r->sym, ev->pid, ev->u.mapping.start, ev->u.mapping.end,
+						ev->u.mapping.offset, ev->name ? ev->name : "",
+						ev->u.mapping.build_id, ev->u.mapping.build_id_len);
 		break;
 	case RP_EV_PROCESS_NAME:
 		note_name(r, name_key(ev->pid, 0), ev->name, false);

@@ -31,7 +31,7 @@ struct rp_reader;
 
 /* manifest: one element of rp_session_manifests(session_dir) (borrowed
  * for the reader's life).  sym: NULL for the defaults. */
-int rp_reader_open(const char *session_dir, json_t *manifest,
+RP_MUST_CHECK int rp_reader_open(const char *session_dir, json_t *manifest,
 		   const struct rp_symbolizer_opts *sym, struct rp_reader **out,
 		   struct rp_err *err);
 void rp_reader_free(struct rp_reader *r);
@@ -76,8 +76,8 @@ struct rp_reader_filter {
 
 /* A pid list as typed ("4242" or "4242,4243") or a name, into f.
  * -EINVAL (not a pid, over RP_FILTER_MAX of them) with a message. */
-int rp_reader_filter_add_pids(struct rp_reader_filter *f, const char *list, struct rp_err *err);
-int rp_reader_filter_add_comm(struct rp_reader_filter *f, const char *name, struct rp_err *err);
+RP_MUST_CHECK int rp_reader_filter_add_pids(struct rp_reader_filter *f, const char *list, struct rp_err *err);
+RP_MUST_CHECK int rp_reader_filter_add_comm(struct rp_reader_filter *f, const char *name, struct rp_err *err);
 /* f in words for a header, "pid 4242, comm trainer"; "" for no filter. */
 const char *rp_reader_filter_text(const struct rp_reader_filter *f, char *buf, size_t len);
 
@@ -85,7 +85,7 @@ const char *rp_reader_filter_text(const struct rp_reader_filter *f, char *buf, s
  * empty: the session's own filter, the manifest's "filter" that ringprof
  * run records, else all; copied).  Names match the processes whose recorded name is one of
  * them.  -ENOMEM. */
-int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f);
+RP_MUST_CHECK int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f);
 /* The filter in force: NULL when none; *pids (sorted) and the count
  * returned: the processes it lets pass, those given by pid and those
  * whose name matched. */
@@ -111,7 +111,7 @@ typedef int (*rp_reader_fn)(void *ctx, const struct rp_reader_event *e);
  * thread names, command lines, mappings), which the accessors above give.
  * Corrupt chunks are skipped and counted.  Returns 0, fn's error, or a
  * negative errno when a file cannot be read.  May be called again. */
-int rp_reader_each(struct rp_reader *r, rp_reader_fn fn, void *ctx, struct rp_err *err);
+RP_MUST_CHECK int rp_reader_each(struct rp_reader *r, rp_reader_fn fn, void *ctx, struct rp_err *err);
 
 /* Chunks skipped as corrupt by the last rp_reader_each. */
 uint64_t rp_reader_corrupt_chunks(const struct rp_reader *r);

@@ -22,7 +22,7 @@
 struct rp_reader_filter; /* reader.h */
 
 /* filter: only those processes' events (NULL: all), said in the header. */
-int rp_summary_write(const char *session_dir, const struct rp_reader_filter *filter, FILE *out,
+RP_MUST_CHECK int rp_summary_write(const char *session_dir, const struct rp_reader_filter *filter, FILE *out,
 		     struct rp_err *err);
 
 #endif

@@ -61,7 +61,7 @@ struct rp_symbolizer_stats {
 
 struct rp_symbolizer;
 
-int rp_symbolizer_new(const struct rp_symbolizer_opts *opts, struct rp_symbolizer **out,
+RP_MUST_CHECK int rp_symbolizer_new(const struct rp_symbolizer_opts *opts, struct rp_symbolizer **out,
 		      struct rp_err *err);
 void rp_symbolizer_free(struct rp_symbolizer *s);
 
@@ -70,7 +70,7 @@ void rp_symbolizer_free(struct rp_symbolizer *s);
  * something else there); adding the same mapping again is cheap (they
  * are repeated in every chunk).  build_id_len 0: unknown, not checked.
  * -ENOMEM or -EINVAL (end <= start, build_id_len over 20). */
-int rp_symbolizer_add_mapping(struct rp_symbolizer *s, uint32_t pid, uint64_t start,
+RP_MUST_CHECK int rp_symbolizer_add_mapping(struct rp_symbolizer *s, uint32_t pid, uint64_t start,
 			      uint64_t end, uint64_t offset, const char *path,
 			      const uint8_t *build_id, size_t build_id_len);
 

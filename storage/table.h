@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 /* The size of most tables when their first entry comes. */
 #define RP_TABLE_FIRST 256
 
@@ -32,12 +34,12 @@ uint64_t rp_hash_u64(uint64_t x);
  * new slots are zero, which used() must take for free.  Pointers into
  * the table are stale once it grew.  0, or -ENOMEM with the table as it
  * was. */
-int rp_table_reserve(void *table_ptr, size_t *mask, size_t n, size_t elem,
+RP_MUST_CHECK int rp_table_reserve(void *table_ptr, size_t *mask, size_t n, size_t elem,
 		     bool (*used)(const void *), uint64_t (*hash)(const void *), size_t first);
 
 /* Makes the growable array *array_ptr (of *cap entries of elem bytes,
  * NULL while empty) hold at least need entries: its capacity doubles,
  * from 16.  0, or -ENOMEM with the array as it was. */
-int rp_array_reserve(void *array_ptr, size_t *cap, size_t need, size_t elem);
+RP_MUST_CHECK int rp_array_reserve(void *array_ptr, size_t *cap, size_t need, size_t elem);
 
 #endif

@@ -13,16 +13,16 @@
 
 /* scratch_dir: where XSpace's sorted runs of events are spilled (an
  * unnamed file; about the size of the output). */
-int rp_write_xplane(struct rp_reader *r, FILE *out, const char *scratch_dir,
+RP_MUST_CHECK int rp_write_xplane(struct rp_reader *r, FILE *out, const char *scratch_dir,
 		    struct rp_err *err);
-int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,
+RP_MUST_CHECK int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,
 		      struct rp_err *err);
-int rp_write_pprof(struct rp_reader *r, FILE *out, struct rp_err *err);
-int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err);
-int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err);
+RP_MUST_CHECK int rp_write_pprof(struct rp_reader *r, FILE *out, struct rp_err *err);
+RP_MUST_CHECK int rp_write_json(struct rp_reader *r, FILE *out, struct rp_err *err);
+RP_MUST_CHECK int rp_write_summary(struct rp_reader *r, FILE *out, struct rp_err *err);
 /* flamegraph.c: the CPU samples as an SVG flame graph and as folded
  * stacks. */
-int rp_write_flamegraph(struct rp_reader *r, FILE *out, struct rp_err *err);
-int rp_write_folded(struct rp_reader *r, FILE *out, struct rp_err *err);
+RP_MUST_CHECK int rp_write_flamegraph(struct rp_reader *r, FILE *out, struct rp_err *err);
+RP_MUST_CHECK int rp_write_folded(struct rp_reader *r, FILE *out, struct rp_err *err);
 
 #endif

@@ -18,7 +18,7 @@ struct rp_client_opts {
 
 struct rp_client;
 
-int rp_client_new(const struct rp_client_opts *opts, struct rp_client **out,
+RP_MUST_CHECK int rp_client_new(const struct rp_client_opts *opts, struct rp_client **out,
 		  struct rp_err *err);
 void rp_client_free(struct rp_client *c);
 
@@ -29,14 +29,14 @@ void rp_client_free(struct rp_client *c);
  * Transport failures: -ECONNREFUSED/-ENOENT/... with a message such as
  * "cannot reach ringprofd at /run/ringprof/ringprofd.sock: no such socket:
  * is the daemon running? (ringprofd, or systemctl start ringprofd)". */
-int rp_client_call(struct rp_client *c, const char *method, const char *path,
+RP_MUST_CHECK int rp_client_call(struct rp_client *c, const char *method, const char *path,
 		   json_t *body, json_t **response, struct rp_err *err);
 /* The bearer token in a token file: its first word, at least 16
  * characters (the daemon's [api] token_file, the CLI's --token-file). */
-int rp_client_read_token(const char *path, char *token, size_t len, struct rp_err *err);
+RP_MUST_CHECK int rp_client_read_token(const char *path, char *token, size_t len, struct rp_err *err);
 
 /* GET a text resource (for /metrics); *text is malloc'ed. */
-int rp_client_get_text(struct rp_client *c, const char *path, char **text,
+RP_MUST_CHECK int rp_client_get_text(struct rp_client *c, const char *path, char **text,
 		       struct rp_err *err);
 
 #endif

@@ -31,7 +31,7 @@ struct rp_hello {
  * (O_CLOEXEC, the caller owns it).  The daemon's refusal comes back as its
  * status with its message in err; no daemon gives -ENOENT/-ECONNREFUSED,
  * a daemon that does not answer -EAGAIN. */
-int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
+RP_MUST_CHECK int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
 		     int *ring_fd, struct rp_err *err);
 
 /* Daemon: read one hello from an accepted connection and validate it
@@ -41,13 +41,13 @@ int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
  * unless conn_fd is non-blocking (then -EAGAIN) or has a receive timeout;
  * fds sent along are closed.  Errors: -EPROTO for a malformed hello,
  * -EINVAL for a bad device name, -ECONNRESET when the peer hung up. */
-int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
+RP_MUST_CHECK int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
 		     struct rp_err *err);
 
 /* Daemon: answer a hello.  status is 0 or a negative errno; message
  * (may be NULL, truncated to fit) tells the producer why; ring_fd is sent
  * only with status 0 and then must be >= 0.  Returns 0 or -errno (-EPIPE:
  * the producer is gone). */
-int rp_hello_reply(int conn_fd, int status, const char *message, int ring_fd);
+RP_MUST_CHECK int rp_hello_reply(int conn_fd, int status, const char *message, int ring_fd);
 
 #endif

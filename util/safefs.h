@@ -23,7 +23,7 @@
 
 /* The trusted root: a path the administrator configured (links in it are
  * followed), created with its missing parents, mode `mode`, when create. */
-int rp_safefs_open_root(const char *path, mode_t mode, bool create, struct rp_err *err);
+RP_MUST_CHECK int rp_safefs_open_root(const char *path, mode_t mode, bool create, struct rp_err *err);
 
 enum {
 	RP_SAFEFS_CREATE = 1, /* make missing directories, mode `mode` */
@@ -36,21 +36,21 @@ enum {
  * `shown` names dirfd in errors.  No component may be a symbolic link.
  * Returns the new fd or -errno (ELOOP for a link, EPERM for a directory
  * of another owner with RP_SAFEFS_OWNED, ENOTDIR, ENOENT, ...). */
-int rp_safefs_open_dir(int dirfd, const char *rel, mode_t mode, unsigned flags,
+RP_MUST_CHECK int rp_safefs_open_dir(int dirfd, const char *rel, mode_t mode, unsigned flags,
 		       const char *shown, struct rp_err *err);
 
 /* Directory path, which must lie beneath root (both as the configuration
  * spells them): root opened as trusted, the rest walked as above. */
-int rp_safefs_open_beneath(const char *root, const char *path, unsigned flags,
+RP_MUST_CHECK int rp_safefs_open_beneath(const char *root, const char *path, unsigned flags,
 			   struct rp_err *err);
 
 /* Regular file `name` in dirfd for reading, at most `max` bytes long:
  * never a link, a FIFO, a device or a directory, and the open never
  * blocks.  -ELOOP (a link), -EINVAL (not a regular file), -EFBIG (too big). */
-int rp_safefs_open_regular(int dirfd, const char *name, uint64_t max, const char *shown,
+RP_MUST_CHECK int rp_safefs_open_regular(int dirfd, const char *name, uint64_t max, const char *shown,
 			   struct rp_err *err);
 /* The whole of such a file into a new NUL-terminated buffer. */
-int rp_safefs_read(int dirfd, const char *name, size_t max, char **out, size_t *len,
+RP_MUST_CHECK int rp_safefs_read(int dirfd, const char *name, size_t max, char **out, size_t *len,
 		   const char *shown, struct rp_err *err);
 
 /* A file being written under a temporary name beside its final one:
@@ -64,12 +64,12 @@ struct rp_safefs_tmp {
  * are recognised by it. */
 #define RP_SAFEFS_TMP_TAG ".tmp-"
 
-int rp_safefs_tmp_open(int dirfd, const char *final, mode_t mode, struct rp_safefs_tmp *t,
+RP_MUST_CHECK int rp_safefs_tmp_open(int dirfd, const char *final, mode_t mode, struct rp_safefs_tmp *t,
 		       const char *shown, struct rp_err *err);
 /* fsync and close t->fd (unless the caller did), rename the file to
  * `final` (replacing a file or link there, never writing through one),
  * fsync the directory.  On failure the temporary file is removed. */
-int rp_safefs_tmp_publish(struct rp_safefs_tmp *t, const char *final, const char *shown,
+RP_MUST_CHECK int rp_safefs_tmp_publish(struct rp_safefs_tmp *t, const char *final, const char *shown,
 			  struct rp_err *err);
 /* Remove an unpublished temporary file; safe to call twice. */
 void rp_safefs_tmp_discard(struct rp_safefs_tmp *t);

@@ -101,7 +101,7 @@ static void *fake_serve(void *arg)
 		if (ring && f->nrings < MAX_RINGS)
 			f->rings[f->nrings++] = ring;
 		pthread_mutex_unlock(&f->lock);
-		rp_hello_reply(c, rc, err.msg, ring ? rp_shmring_fd(ring) : -1);
+		(void)rp_hello_reply(c, rc, err.msg, ring ? rp_shmring_fd(ring) : -1);
 		close(c);
 	}
 	return NULL;

@@ -435,7 +435,7 @@ static void *write_events(void *arg)
 		    (k % 500 == 0 && rp_drain_poll(w->r->drain, NULL) < 0))
 			break;
 	}
-	rp_drain_flush(w->r->drain, NULL);
+	(void)rp_drain_flush(w->r->drain, NULL);
 	atomic_store(&w->done, true);
 	return NULL;
 }
