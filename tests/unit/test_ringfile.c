@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include <unistd.h>
 
 #include "ringfile.h"
+#include "scratch.h"
 
 #define DEV_ID 3u
 #define DEV "gpu0"
@@ -1515,26 +1515,16 @@ static void test_queue_depth(void **state)
 	rp_ringfile_close(rf);
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	return remove(p);
-}
-
 static int setup(void **state)
 {
 	(void)state;
-	const char *tmp = getenv("TMPDIR");
-	snprintf(base, sizeof(base), "%s/ringprof-test-XXXXXX", tmp ? tmp : "/tmp");
-	return mkdtemp(base) ? 0 : -1;
+	return scratch_make(base, sizeof(base), "ringfile");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	return nftw(base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return scratch_remove(base);
 }
 
 int main(void)
