@@ -47,7 +47,7 @@
 enum opt {
 	O_LAST, O_END, O_NAME, O_RUN, O_REASON, O_DURATION, O_SOCKET, O_JSON, O_HELP, O_VERSION,
 	O_HOSTS, O_TOKEN_FILE, O_CPU_HZ, O_FORMAT, O_OUTPUT, O_HOST, O_GROUP, O_PID, O_COMM,
-	O_WAIT, O_WAIT_TIMEOUT, N_OPTS
+	O_WAIT, O_WAIT_TIMEOUT, O_CGROUP, N_OPTS
 };
 /* getopt_long returns OPT_BASE + enum opt, clear of short option letters. */
 #define OPT_BASE 256
@@ -74,6 +74,7 @@ static const struct option all_options[N_OPTS] = {
 	[O_COMM] = { "comm", required_argument, NULL, OPT_BASE + O_COMM },
 	[O_WAIT] = { "wait", no_argument, NULL, OPT_BASE + O_WAIT },
 	[O_WAIT_TIMEOUT] = { "wait-timeout", required_argument, NULL, OPT_BASE + O_WAIT_TIMEOUT },
+	[O_CGROUP] = { "cgroup", required_argument, NULL, OPT_BASE + O_CGROUP },
 };
 
 #define BIT(o) (1u << (o))
@@ -84,6 +85,13 @@ static const struct option all_options[N_OPTS] = {
 #define SESSION_OPTS (NAMING_OPTS | BIT(O_CPU_HZ))
 /* Looking at one job: may be given more than once. */
 #define FILTER_OPTS (BIT(O_PID) | BIT(O_COMM))
+/* The job a session keeps: the daemon applies it when it writes the session. */
+#define JOB_OPTS (BIT(O_PID) | BIT(O_CGROUP))
+#define JOB_HELP \
+	"  --pid PID,...     keep only these processes' events in the session\n" \
+	"                    (host-wide counters stay).  Repeatable\n" \
+	"  --cgroup PATH     and those of the processes in this cgroup and below,\n" \
+	"                    as /proc/PID/cgroup shows it (\"0::PATH\")\n"
 /* Waiting for the session's exports (snapshot, stop, capture). */
 #define WAIT_OPTS (BIT(O_WAIT) | BIT(O_WAIT_TIMEOUT))
 #define WAIT_HELP \
@@ -511,6 +519,19 @@ static int add_naming(const struct command *cmd, const struct args *a, json_t *b
 	return -1;
 }
 
+/* Adds --pid and --cgroup to a request's body. */
+static void add_job_opts(const struct args *a, json_t *body)
+{
+	if (a->filter.npids) {
+		json_t *pids = json_array();
+		for (unsigned i = 0; i < a->filter.npids; i++)
+			json_array_append_new(pids, json_integer(a->filter.pids[i]));
+		json_object_set_new(body, "pids", pids);
+	}
+	if (a->val[O_CGROUP])
+		json_object_set_new(body, "cgroup", json_string(a->val[O_CGROUP]));
+}
+
 /* Checks --name/--run/--reason and --cpu-sample-hz and adds them to the
  * body of POST /v1/sessions. */
 static int add_session_opts(const struct command *cmd, const struct args *a, json_t *body)
@@ -522,6 +543,7 @@ static int add_session_opts(const struct command *cmd, const struct args *a, jso
 			return bad_value(cmd, "--cpu-sample-hz", &err);
 		json_object_set_new(body, "cpu_sample_hz", json_integer(hz));
 	}
+	add_job_opts(a, body);
 	return add_naming(cmd, a, body);
 }
 
@@ -948,6 +970,7 @@ static int cmd_snapshot(const struct command *cmd, struct args *a)
 		json_object_set_new(body, "last", json_string(a->val[O_LAST]));
 	if (a->val[O_END] || hosts)
 		json_object_set_new(body, "end", json_integer(end));
+	add_job_opts(a, body);
 	if ((rc = add_naming(cmd, a, body)) >= 0) {
 		json_decref(body);
 		return rc;
@@ -996,14 +1019,18 @@ static int session_path(const struct command *cmd, const char *id, const char *s
 	return -1;
 }
 
-/* POST /v1/sessions/ID<suffix> for the command's ID; the exit status,
- * and on success the answer in *s. */
+/* POST /v1/sessions/ID<suffix> for the command's ID with body (taken;
+ * may be NULL); the exit status, and on success the answer in *s. */
 static int post_to_session(const struct command *cmd, struct args *a, const char *suffix,
-			   json_t **s)
+			   json_t *body, json_t **s)
 {
 	char path[128];
 	int rc = session_path(cmd, a->pos[0], suffix, path, sizeof(path));
-	return rc >= 0 ? rc : call(a, "POST", path, NULL, s);
+	if (rc >= 0) {
+		json_decref(body);
+		return rc;
+	}
+	return call(a, "POST", path, body, s);
 }
 
 static int cmd_stop(const struct command *cmd, struct args *a)
@@ -1012,14 +1039,17 @@ static int cmd_stop(const struct command *cmd, struct args *a)
 	int rc = check_wait(cmd, a);
 	if (rc >= 0)
 		return rc;
-	rc = post_to_session(cmd, a, "/stop", &s);
+	json_t *body = NULL;
+	if (a->filter.npids || a->val[O_CGROUP])
+		add_job_opts(a, body = json_object());
+	rc = post_to_session(cmd, a, "/stop", body, &s);
 	return rc ? rc : show_session(a, s);
 }
 
 static int cmd_keep(const struct command *cmd, struct args *a)
 {
 	json_t *s = NULL;
-	int rc = post_to_session(cmd, a, "/keep", &s);
+	int rc = post_to_session(cmd, a, "/keep", NULL, &s);
 	if (rc)
 		return rc;
 	if (a->val[O_JSON])
@@ -1299,7 +1329,7 @@ static const struct command commands[] = {
 	{ "status", "", "Show the rings, the collectors (why one does not run) and open sessions.\n\n",
 	  COMMON_OPTS, 0, cmd_status },
 	{ "snapshot", "[--last 30s] [--end TIME] [--name N] [--run R] [--reason TEXT]\n"
-	  "                        [--hosts H:PORT,... [--token-file F]]",
+	  "                        [--pid PID,...] [--cgroup PATH] [--hosts H:PORT,... [--token-file F]]",
 	  "Save the recent past as a session on disk.\n\n"
 	  "  --last DURATION   how far back (500ms, 30s, 5m; default: the daemon's)\n"
 	  "  --end TIME        window end: RFC 3339 or Unix ns (default: now)\n"
@@ -1313,23 +1343,31 @@ static const struct command commands[] = {
 	  "                    Prints each host's session path or error; exit 1 when\n"
 	  "                    any host failed\n"
 	  "  --token-file F    the daemons' bearer token (default: $RINGPROF_TOKEN)\n"
+	  JOB_HELP
 	  WAIT_HELP
 	  "                    (with --hosts: each host's, from that host)\n",
 	  COMMON_OPTS | NAMING_OPTS | BIT(O_LAST) | BIT(O_END) | BIT(O_HOSTS) | BIT(O_TOKEN_FILE) |
-	  WAIT_OPTS,
+	  JOB_OPTS | WAIT_OPTS,
 	  0, cmd_snapshot },
-	{ "start", "[--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
+	{ "start", "[--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ] [--pid PID,...]\n"
+	  "                     [--cgroup PATH]",
 	  "Start a session now and print its id; end it with 'ringprof stop ID'.\n\n"
 	  "  --name N          session id (default: from the time)\n"
 	  "  --run R           run directory the session goes into\n"
 	  "  --reason TEXT     why, kept with the session\n"
 	  "  --cpu-sample-hz HZ\n"
 	  "                    sample CPUs at HZ per CPU (1 to 10000) while the\n"
-	  "                    session is open, when above the daemon's rate\n",
-	  COMMON_OPTS | SESSION_OPTS, 0, cmd_start },
-	{ "stop", "ID [--wait [--wait-timeout D]]", "Stop an open session and show what it holds.\n\n"
-	  WAIT_HELP, COMMON_OPTS | WAIT_OPTS, 1, cmd_stop },
-	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]",
+	  "                    session is open, when above the daemon's rate\n"
+	  JOB_HELP
+	  "                    (read at the start and again at the stop)\n",
+	  COMMON_OPTS | SESSION_OPTS | JOB_OPTS, 0, cmd_start },
+	{ "stop", "ID [--pid PID,...] [--cgroup PATH] [--wait [--wait-timeout D]]",
+	  "Stop an open session and show what it holds.\n\n"
+	  JOB_HELP
+	  "                    (added to those the start named)\n"
+	  WAIT_HELP, COMMON_OPTS | JOB_OPTS | WAIT_OPTS, 1, cmd_stop },
+	{ "capture", "--duration 2s [--name N] [--run R] [--reason TEXT] [--cpu-sample-hz HZ]\n"
+	  "                       [--pid PID,...] [--cgroup PATH]",
 	  "Record from now for a while, wait until the session is complete, show it.\n\n"
 	  "  --duration D      how long (500ms, 30s, 5m)\n"
 	  "  --name N          session id (default: from the time)\n"
@@ -1338,8 +1376,9 @@ static const struct command commands[] = {
 	  "  --cpu-sample-hz HZ\n"
 	  "                    sample CPUs at HZ per CPU (1 to 10000) during the\n"
 	  "                    capture, when above the daemon's rate\n"
+	  JOB_HELP
 	  WAIT_HELP,
-	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION) | WAIT_OPTS, 0, cmd_capture },
+	  COMMON_OPTS | SESSION_OPTS | BIT(O_DURATION) | JOB_OPTS | WAIT_OPTS, 0, cmd_capture },
 	{ "sessions", "", "List the sessions, oldest made first (CREATED: when the daemon made\n"
 	  "it, not the window's start): one line per host that wrote a part.\n\n",
 	  COMMON_OPTS, 0, cmd_sessions },

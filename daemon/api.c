@@ -537,10 +537,44 @@ static void client_source(struct MHD_Connection *c, char out[32])
 			snprintf(out, 32, "%s", known[i]);
 }
 
+/* The job a request names: "pids": [4242, ...] and "cgroup": "/path". */
+static int filter_fields(const json_t *obj, struct rp_job_filter *f, struct rp_err *err)
+{
+	const json_t *pids = json_object_get(obj, "pids"), *v;
+	const json_t *cgroup = json_object_get(obj, "cgroup");
+	size_t i;
+	int rc = 0;
+	if (pids && !json_is_array(pids))
+		rc = rp_err_set(err, -EINVAL, "pids is %s: send an array of process ids, "
+				"e.g. [4242, 4243]", rp_api_type_name(pids));
+	else if (json_array_size(pids) > RP_API_PIDS_MAX)
+		rc = rp_err_set(err, -EINVAL, "pids holds %zu processes, over the limit of %d: send "
+				"the first %d, or name the job's cgroup", json_array_size(pids),
+				RP_API_PIDS_MAX, RP_API_PIDS_MAX);
+	json_array_foreach(pids, i, v) {
+		json_int_t pid = json_integer_value(v);
+		if (rc == 0 && (!json_is_integer(v) || pid < 1 || pid > INT32_MAX))
+			rc = rp_err_set(err, -EINVAL, "pids[%zu] is not a process id: send positive "
+					"integers", i);
+		if (rc == 0)
+			f->pids[f->npids++] = (uint32_t)pid;
+	}
+	if (rc == 0 && cgroup && (!json_is_string(cgroup) || !json_string_length(cgroup) ||
+				  json_string_length(cgroup) >= RP_API_CGROUP_LEN ||
+				  strlen(json_string_value(cgroup)) != json_string_length(cgroup)))
+		rc = rp_err_set(err, -EINVAL, "cgroup must be a path below the cgroup2 mount "
+				"(/sys/fs/cgroup) of at most %d bytes, e.g. \"/system.slice/train.service\"",
+				RP_API_CGROUP_LEN - 1);
+	else if (rc == 0 && cgroup)
+		snprintf(f->cgroup, sizeof(f->cgroup), "%s", json_string_value(cgroup));
+	return rc;
+}
+
 static int parse_snapshot(const struct rp_api *api, const struct request *rq,
 			  struct rp_snapshot_req *req, struct rp_err *err)
 {
-	static const char *const fields[] = { "last", "last_ns", "end", "name", "run", "reason", NULL };
+	static const char *const fields[] = { "last", "last_ns", "end", "name", "run", "reason",
+					      "pids", "cgroup", NULL };
 	json_t *obj;
 	int rc = parse_body(rq, "POST /v1/snapshot", fields, &obj, err);
 	if (rc < 0)
@@ -556,6 +590,8 @@ static int parse_snapshot(const struct rp_api *api, const struct request *rq,
 		rc = name_field(obj, "run", "run name", req->run, err);
 	if (rc == 0)
 		rc = reason_field(obj, req->reason, err);
+	if (rc == 0)
+		rc = filter_fields(obj, &req->filter, err);
 	json_decref(obj);
 	return rc;
 }
@@ -584,7 +620,7 @@ static int parse_session(const struct rp_api *api, const struct request *rq,
 			 struct rp_session_req *req, struct rp_err *err)
 {
 	static const char *const fields[] = { "name", "run", "reason", "duration", "cpu_sample_hz",
-					      NULL };
+					      "pids", "cgroup", NULL };
 	json_t *obj;
 	int rc = parse_body(rq, "POST /v1/sessions", fields, &obj, err);
 	if (rc < 0)
@@ -598,6 +634,8 @@ static int parse_session(const struct rp_api *api, const struct request *rq,
 		rc = name_field(obj, "run", "run name", req->run, err);
 	if (rc == 0)
 		rc = reason_field(obj, req->reason, err);
+	if (rc == 0)
+		rc = filter_fields(obj, &req->filter, err);
 	json_decref(obj);
 	return rc;
 }
@@ -612,30 +650,15 @@ static int parse_empty(const struct request *rq, const char *resource, struct rp
 	return rc;
 }
 
-/* POST /v1/sessions/ID/stop: {"pids": [4242, ...]} or nothing. */
+/* POST /v1/sessions/ID/stop: {"pids": [4242, ...], "cgroup": "/path"} or nothing. */
 static int parse_stop(const struct request *rq, struct rp_stop_req *req, struct rp_err *err)
 {
-	static const char *const fields[] = { "pids", NULL };
+	static const char *const fields[] = { "pids", "cgroup", NULL };
 	json_t *obj = NULL;
 	int rc = parse_body(rq, "POST /v1/sessions/ID/stop", fields, &obj, err);
 	if (rc < 0)
 		return rc;
-	const json_t *pids = json_object_get(obj, "pids"), *v;
-	size_t i;
-	if (pids && !json_is_array(pids))
-		rc = rp_err_set(err, -EINVAL, "pids is %s: send an array of process ids, "
-				"e.g. [4242, 4243]", rp_api_type_name(pids));
-	else if (json_array_size(pids) > RP_API_PIDS_MAX)
-		rc = rp_err_set(err, -EINVAL, "pids holds %zu processes, over the limit of %d: send "
-				"the first %d", json_array_size(pids), RP_API_PIDS_MAX, RP_API_PIDS_MAX);
-	json_array_foreach(pids, i, v) {
-		json_int_t pid = json_integer_value(v);
-		if (rc == 0 && (!json_is_integer(v) || pid < 1 || pid > INT32_MAX))
-			rc = rp_err_set(err, -EINVAL, "pids[%zu] is not a process id: send positive "
-					"integers", i);
-		if (rc == 0)
-			req->pids[req->npids++] = (uint32_t)pid;
-	}
+	rc = filter_fields(obj, &req->filter, err);
 	json_decref(obj);
 	return rc;
 }

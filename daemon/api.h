@@ -16,6 +16,18 @@
 struct rp_alert_batch; /* alerts.h */
 #define RP_NAME_LEN 64
 
+/* Looking at one job: the processes whose events a session keeps (its
+ * "filter" in the manifest; none: every process), by pid and by cgroup
+ * (see job.h).  Fields "pids" and "cgroup" of a snapshot, a session's
+ * start and its stop. */
+#define RP_API_PIDS_MAX 64
+#define RP_API_CGROUP_LEN 256
+struct rp_job_filter {
+	uint32_t pids[RP_API_PIDS_MAX];
+	unsigned npids;
+	char cgroup[RP_API_CGROUP_LEN]; /* "" none; below the cgroup2 mount */
+};
+
 struct rp_snapshot_req {
 	uint64_t last_ns;          /* 0: the daemon's default */
 	bool has_end;
@@ -24,15 +36,7 @@ struct rp_snapshot_req {
 	char run[RP_NAME_LEN];     /* "" = default run */
 	char reason[256];
 	char source[32];           /* "api", or X-Ringprof-Client: cli, library, python */
-};
-
-/* POST /v1/sessions/ID/stop: the processes whose events the session keeps
- * (its "filter" in the manifest; none: every process).  As many as a
- * reader's filter holds (RP_FILTER_MAX, storage/reader.h). */
-#define RP_API_PIDS_MAX 64
-struct rp_stop_req {
-	uint32_t pids[RP_API_PIDS_MAX];
-	unsigned npids;
+	struct rp_job_filter filter;
 };
 
 struct rp_session_req {
@@ -42,6 +46,13 @@ struct rp_session_req {
 	char run[RP_NAME_LEN];
 	char reason[256];
 	char source[32];
+	struct rp_job_filter filter;
+};
+
+/* POST /v1/sessions/ID/stop: more of the job, added to what the session's
+ * start named. */
+struct rp_stop_req {
+	struct rp_job_filter filter;
 };
 
 /* Implemented by the daemon.  Each returns 0 and a new JSON reference in

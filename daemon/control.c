@@ -16,6 +16,7 @@
 #include "export.h"
 #include "exporter.h"
 #include "gate.h"
+#include "job.h"
 #include "parse.h"
 #include "retention.h"
 #include "safefs.h"
@@ -39,6 +40,14 @@ struct latency {
 enum trigger_source { TRIGGER_ALERTMANAGER, TRIGGER_RULE, NSOURCES };
 static const char *const source_names[NSOURCES] = { "alertmanager", "rule" };
 
+/* Looking at one job: the processes a session keeps the events of, and
+ * the cgroup read again as it closes. */
+struct job {
+	bool filtered;
+	struct rp_pidset pids;
+	char cgroup[RP_API_CGROUP_LEN];
+};
+
 struct open_session {
 	struct open_session *next;
 	struct rp_session *s;
@@ -46,6 +55,7 @@ struct open_session {
 	uint64_t due_ns;        /* captures: when to stop; 0 otherwise */
 	unsigned rings_added;   /* devices 0..rings_added-1 are in the session */
 	unsigned cpu_sample_hz; /* the CPU sampling rate it asked for; 0: none */
+	struct job job;
 };
 
 struct rp_control {
@@ -141,6 +151,48 @@ static void unlink_open(struct rp_control *c, struct open_session *o)
 		}
 }
 
+/* Adds the job a request names: its pids, and the processes of its cgroup
+ * now (read from cgroupfs and /proc, which cannot stall like the log
+ * directory: also under c->lock).  A second cgroup for one session is
+ * refused. */
+static int add_job(struct job *j, const struct rp_job_filter *f, struct rp_err *err)
+{
+	if (f->cgroup[0] && j->cgroup[0] && strcmp(f->cgroup, j->cgroup) != 0)
+		return rp_err_set(err, -EINVAL, "the session follows cgroup %s already: one cgroup "
+				  "per session (name the cgroup above both)", j->cgroup);
+	int rc = 0;
+	for (unsigned i = 0; rc == 0 && i < f->npids; i++)
+		rc = rp_pidset_add(&j->pids, f->pids[i], err);
+	char root[PATH_MAX];
+	if (rc == 0 && f->cgroup[0] &&
+	    (rc = rp_job_cgroup_root("/proc/self/mountinfo", root, sizeof(root), err)) == 0)
+		rc = rp_job_add_cgroup(&j->pids, root, f->cgroup, err);
+	if (rc == 0 && f->cgroup[0])
+		snprintf(j->cgroup, sizeof(j->cgroup), "%s", f->cgroup);
+	j->filtered |= rc == 0 && (f->npids || f->cgroup[0]);
+	return rc;
+}
+
+/* The open session's filter into its manifest, its cgroup read once more
+ * for processes that joined it.  A failure keeps what the session has:
+ * the pids found before, else every process. */
+static void write_job(struct open_session *o)
+{
+	struct job *j = &o->job;
+	if (!j->filtered)
+		return;
+	struct rp_job_filter again = { 0 };
+	snprintf(again.cgroup, sizeof(again.cgroup), "%s", j->cgroup);
+	struct rp_err err = { 0 };
+	if (j->cgroup[0] && add_job(j, &again, &err) < 0)
+		fprintf(stderr, "ringprofd: session %s: cgroup %s read again at its end: %s; it "
+			"keeps the %zu processes found before\n", rp_session_name(o->s), j->cgroup,
+			err.msg, j->pids.n);
+	if (rp_session_set_filter(o->s, j->pids.pids, j->pids.n, j->cgroup) < 0)
+		fprintf(stderr, "ringprofd: session %s: out of memory for its process filter; "
+			"its exports hold every process\n", rp_session_name(o->s));
+}
+
 /* Close an open session with its window ending at end_ns; returns its
  * JSON.  Called with c->lock held. */
 static int finish_session(struct rp_control *c, struct open_session *o, uint64_t end_ns,
@@ -149,8 +201,10 @@ static int finish_session(struct rp_control *c, struct open_session *o, uint64_t
 	int rc = rp_rings_flush(c->rings, err);
 	if (rc == 0)
 		rc = add_new_rings(c, o, err);
-	if (rc == 0)
+	if (rc == 0) {
+		write_job(o);
 		rc = rp_session_close(o->s, end_ns, err);
+	}
 	if (rc < 0 || rp_session_state_of(o->s) == RP_SESSION_FAILED)
 		c->sessions_failed++;
 	else if (c->cfg->session_exports)
@@ -164,6 +218,7 @@ static int finish_session(struct rp_control *c, struct open_session *o, uint64_t
 		fprintf(stderr, "ringprofd: session %s ended, but the CPU sampler keeps its rate: %s\n",
 			rp_session_name(o->s), hz_err.msg);
 	rp_session_free(o->s);
+	rp_pidset_free(&o->job.pids);
 	free(o);
 	c->retention_due = true;
 	pthread_cond_signal(&c->wake);
@@ -415,8 +470,9 @@ void rp_control_free(struct rp_control *c)
 	free(c);
 }
 
-/* Open a session over every ring; called with c->lock held. */
-static int open_session(struct rp_control *c, struct rp_session_opts *o,
+/* Open a session over every ring, following job (may be NULL); called
+ * with c->lock held. */
+static int open_session(struct rp_control *c, struct rp_session_opts *o, struct job *job,
 			struct open_session **out, struct rp_err *err)
 {
 	struct open_session *os = calloc(1, sizeof(*os));
@@ -433,6 +489,11 @@ static int open_session(struct rp_control *c, struct rp_session_opts *o,
 		return rc;
 	}
 	c->sessions_total[o->kind]++;
+	/* The job's pids move into the session (job: NULL, or left empty). */
+	if (job) {
+		os->job = *job;
+		*job = (struct job){ 0 };
+	}
 	*out = os;
 	return 0;
 }
@@ -441,8 +502,8 @@ static int open_session(struct rp_control *c, struct rp_session_opts *o,
  * first, then seal up to now (finish_session flushes), so that from the
  * pin on nothing in the window can be overwritten.  t_req: when it was
  * asked for.  Called with c->lock held. */
-static int snapshot_locked(struct rp_control *c, struct rp_session_opts *o, uint64_t t_req,
-			   json_t **out, struct rp_err *err)
+static int snapshot_locked(struct rp_control *c, struct rp_session_opts *o, struct job *job,
+			   uint64_t t_req, json_t **out, struct rp_err *err)
 {
 	/* Seal up to now before pinning: the session looks for the window's
 	 * first chunk among completed writes, and a chunk whose write is still
@@ -451,7 +512,7 @@ static int snapshot_locked(struct rp_control *c, struct rp_session_opts *o, uint
 	if (rc < 0)
 		return rc;
 	struct open_session *os;
-	rc = open_session(c, o, &os, err);
+	rc = open_session(c, o, job, &os, err);
 	if (rc == 0) {
 		c->last_freeze_s = (double)(rp_clock_now_ns() - t_req) / 1e9;
 		os->next = c->open; /* listed while it is written */
@@ -498,9 +559,14 @@ static int op_snapshot(void *ctx, const struct rp_snapshot_req *req, json_t **ou
 	o.end_ns = end;
 	o.asked_ns = last;
 
-	pthread_mutex_lock(&c->lock);
-	int rc = snapshot_locked(c, &o, t_req, out, err);
-	pthread_mutex_unlock(&c->lock);
+	struct job job = { 0 };
+	int rc = add_job(&job, &req->filter, err);
+	if (rc == 0) {
+		pthread_mutex_lock(&c->lock);
+		rc = snapshot_locked(c, &o, &job, t_req, out, err);
+		pthread_mutex_unlock(&c->lock);
+	}
+	rp_pidset_free(&job.pids);
 	return rc;
 }
 
@@ -510,7 +576,7 @@ static int trigger_snapshot_locked(struct rp_control *c, enum trigger_source sou
 				   struct rp_session_opts *o, uint64_t t_trigger, json_t **out,
 				   struct rp_err *err)
 {
-	int rc = snapshot_locked(c, o, rp_clock_now_ns(), out, err);
+	int rc = snapshot_locked(c, o, NULL, rp_clock_now_ns(), out, err);
 	if (rc == 0) {
 		c->triggers[source]++;
 		record_latency(&c->trigger_latency, (double)(rp_clock_now_ns() - t_trigger) / 1e9);
@@ -628,13 +694,19 @@ static int op_session_start(void *ctx, const struct rp_session_req *req, json_t 
 	if (req->cpu_sample_hz &&
 	    !(o.trigger_extra = json_pack("{s:I}", "cpu_sample_hz", (json_int_t)req->cpu_sample_hz)))
 		return rp_err_set(err, -ENOMEM, "out of memory starting a session");
+	/* The job's processes now: those that end before the stop count too. */
+	struct job job = { 0 };
+	int rc = add_job(&job, &req->filter, err);
+	if (rc < 0) {
+		json_decref(o.trigger_extra);
+		return rc;
+	}
 	pthread_mutex_lock(&c->lock);
 	struct open_session *os;
 	/* Each open session holds a file per ring and copies every chunk. */
 	unsigned open = 0;
 	for (os = c->open; os; os = os->next)
 		open++;
-	int rc = 0;
 	if (open >= c->cfg->sessions_max_open)
 		rc = rp_err_set(err, -EAGAIN, "%u sessions are open, as many as [sessions] max_open "
 				"allows: stop one ('ringprof sessions' lists them) or raise max_open",
@@ -645,7 +717,7 @@ static int op_session_start(void *ctx, const struct rp_session_req *req, json_t 
 	if (rc == 0) {
 		o.start_ns = rp_clock_now_ns();
 		o.end_ns = req->duration_ns ? o.start_ns + req->duration_ns : UINT64_MAX;
-		rc = open_session(c, &o, &os, err);
+		rc = open_session(c, &o, &job, &os, err);
 	}
 	/* A session that did not open gives its rate back. */
 	if (rc < 0 && req->cpu_sample_hz)
@@ -660,6 +732,7 @@ static int op_session_start(void *ctx, const struct rp_session_req *req, json_t 
 	}
 	pthread_mutex_unlock(&c->lock);
 	json_decref(o.trigger_extra);
+	rp_pidset_free(&job.pids);
 	return rc;
 }
 
@@ -771,11 +844,9 @@ static int op_session_stop(void *ctx, const char *id, const struct rp_stop_req *
 	pthread_mutex_lock(&c->lock);
 	struct open_session *o = find_open(c, id);
 	bool open = o != NULL;
-	int rc = 0;
-	if (open && req->npids && rp_session_set_pids(o->s, req->pids, req->npids) < 0)
-		rc = rp_err_set(err, -ENOMEM, "out of memory for the pids of session %s: stop it "
-				"again", id);
-	else if (open) {
+	/* The stop's own pids and cgroup join those of the start. */
+	int rc = open ? add_job(&o->job, &req->filter, err) : 0;
+	if (open && rc == 0) {
 		uint64_t now = rp_clock_now_ns();
 		rc = finish_session(c, o, o->due_ns && o->due_ns < now ? o->due_ns : now, out, err);
 	}

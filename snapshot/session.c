@@ -1209,10 +1209,11 @@ int rp_session_close(struct rp_session *s, uint64_t end_ns, struct rp_err *err)
 	return s->error.code;
 }
 
-int rp_session_set_pids(struct rp_session *s, const uint32_t *pids, size_t n)
+int rp_session_set_filter(struct rp_session *s, const uint32_t *pids, size_t n, const char *cgroup)
 {
 	json_t *f = json_object(), *list = json_array();
-	bool ok = f && list && json_object_set(f, "pids", list) == 0;
+	bool ok = f && list && json_object_set(f, "pids", list) == 0 &&
+		  (!cgroup || !cgroup[0] || json_object_set_new(f, "cgroup", json_string(cgroup)) == 0);
 	for (size_t i = 0; ok && i < n; i++)
 		ok = json_array_append_new(list, json_integer(pids[i])) == 0;
 	json_decref(list);

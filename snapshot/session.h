@@ -88,10 +88,12 @@ RP_MUST_CHECK int rp_session_add_ring(struct rp_session *s, const char *device,
  * keeps the .open marker fresh. */
 RP_MUST_CHECK int rp_session_pump(struct rp_session *s, struct rp_err *err);
 /* The processes whose events the session is about (ringprof run's
- * process tree): written to the manifest as "filter": {"pids": [...]},
- * which exports and summaries of the session apply.  Before close;
- * -ENOMEM. */
-RP_MUST_CHECK int rp_session_set_pids(struct rp_session *s, const uint32_t *pids, size_t n);
+ * process tree, a request's pids and cgroup): written to the manifest as
+ * "filter": {"pids": [...], "cgroup": "..."}, whose pids the exports and
+ * summaries of the session apply; cgroup (may be NULL) is a record of
+ * where they came from.  Before close; -ENOMEM. */
+RP_MUST_CHECK int rp_session_set_filter(struct rp_session *s, const uint32_t *pids, size_t n,
+					const char *cgroup);
 /* Last pump for the window ending at end_ns (the caller has flushed the
  * drains up to then), unpin, write <host>.manifest.json and remove the
  * .open marker.  The state becomes COMPLETE, or FAILED with the error in

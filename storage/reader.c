@@ -493,32 +493,51 @@ static int by_pid(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Sorts r->keep and drops repeats (a pid given and matched by name
+ * counts once). */
+static void sort_keep(struct rp_reader *r)
+{
+	qsort(r->keep, r->nkeep, sizeof(*r->keep), by_pid);
+	size_t n = 0;
+	for (size_t i = 0; i < r->nkeep; i++)
+		if (!n || r->keep[n - 1] != r->keep[i])
+			r->keep[n++] = r->keep[i];
+	r->nkeep = n;
+}
+
 /* The session's own filter, the manifest's "filter": {"pids": [...]}
- * (ringprof run's process tree), into own; NULL when it has none. */
-static const struct rp_reader_filter *session_filter(const struct rp_reader *r,
-						     struct rp_reader_filter *own)
+ * (ringprof run's process tree, a request's pids and cgroup), as many
+ * pids as it lists; none when it has none. */
+static int session_filter(struct rp_reader *r)
 {
 	const json_t *pids = json_object_get(json_object_get(r->manifest, "filter"), "pids"), *v;
-	size_t i;
-	*own = (struct rp_reader_filter){ 0 };
+	size_t i, n = json_array_size(pids);
+	if (!n)
+		return 0;
+	if (!(r->keep = malloc(n * sizeof(*r->keep))))
+		return -ENOMEM;
 	json_array_foreach(pids, i, v)
 		if (json_is_integer(v) && json_integer_value(v) > 0 &&
-		    json_integer_value(v) <= UINT32_MAX && own->npids < RP_FILTER_MAX)
-			own->pids[own->npids++] = (uint32_t)json_integer_value(v);
-	return own->npids ? own : NULL;
+		    json_integer_value(v) <= UINT32_MAX)
+			r->keep[r->nkeep++] = (uint32_t)json_integer_value(v);
+	r->filtered = r->nkeep > 0;
+	sort_keep(r);
+	/* The filter in words names the first of them. */
+	r->filter = (struct rp_reader_filter){ 0 };
+	for (i = 0; i < r->nkeep && i < RP_FILTER_MAX; i++)
+		r->filter.pids[r->filter.npids++] = r->keep[i];
+	return 0;
 }
 
 int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f)
 {
-	struct rp_reader_filter own;
-	if (!f || !(f->npids || f->ncomms))
-		f = session_filter(r, &own);
 	free(r->keep);
 	r->keep = NULL;
 	r->nkeep = 0;
-	r->filtered = f && (f->npids || f->ncomms);
-	if (!r->filtered)
-		return 0;
+	r->filtered = false;
+	if (!f || !(f->npids || f->ncomms))
+		return session_filter(r);
+	r->filtered = true;
 	r->filter = *f;
 	size_t cap = f->npids;
 	for (size_t i = 0; r->names && i <= r->names_mask; i++)
@@ -532,12 +551,7 @@ int rp_reader_set_filter(struct rp_reader *r, const struct rp_reader_filter *f)
 		if (e->used && !(uint32_t)e->key && comm_matches(f, e->name))
 			r->keep[r->nkeep++] = (uint32_t)(e->key >> 32);
 	}
-	qsort(r->keep, r->nkeep, sizeof(*r->keep), by_pid);
-	size_t n = 0; /* a pid given and matched by name counts once */
-	for (size_t i = 0; i < r->nkeep; i++)
-		if (!n || r->keep[n - 1] != r->keep[i])
-			r->keep[n++] = r->keep[i];
-	r->nkeep = n;
+	sort_keep(r);
 	return 0;
 }
 
