@@ -99,20 +99,33 @@ def _await_exports(session, timeout):
     return session
 
 
-def start_session(name=None, run=None, reason=None):
-    """Start recording a session now; returns its id for stop_session."""
-    return request("POST", "/v1/sessions", _optional(name=name, run=run, reason=reason))["id"]
+def _job(pids, cgroup):
+    """The job fields of a request: pids (a list of ints) and a cgroup path."""
+    if pids is not None:
+        pids = list(pids)
+        if not all(isinstance(p, int) and not isinstance(p, bool) for p in pids):
+            raise TypeError("pids is a list of process ids (ints)")
+    return _optional(pids=pids or None, cgroup=cgroup)
 
 
-def stop_session(id, wait=False):
+def start_session(name=None, run=None, reason=None, pids=None, cgroup=None):
+    """Start recording a session now; returns its id for stop_session.
+    pids, cgroup: keep only that job's events (see snapshot)."""
+    return request("POST", "/v1/sessions",
+                   {**_optional(name=name, run=run, reason=reason), **_job(pids, cgroup)})["id"]
+
+
+def stop_session(id, wait=False, pids=None, cgroup=None):
     """Stop a session; returns the completed session (its manifest).
-    wait: as snapshot's."""
+    wait: as snapshot's; pids, cgroup: more of the job the start named."""
     timeout = _wait_timeout(wait)
-    s = request("POST", f"/v1/sessions/{urllib.parse.quote(id, safe='')}/stop")
+    s = request("POST", f"/v1/sessions/{urllib.parse.quote(id, safe='')}/stop",
+                _job(pids, cgroup) or None)
     return s if timeout is None else _await_exports(s, timeout)
 
 
-def snapshot(last=30.0, end=None, name=None, run=None, reason=None, wait=False):
+def snapshot(last=30.0, end=None, name=None, run=None, reason=None, wait=False, pids=None,
+             cgroup=None):
     """Freeze the recent past into a session and return it, complete on disk.
 
     last: the window's length, in seconds or as '500ms', '30s', '5m' (None:
@@ -122,11 +135,13 @@ def snapshot(last=30.0, end=None, name=None, run=None, reason=None, wait=False):
     (the daemon's [sessions] exports, written after the session closes)
     are done; the session's "exports" then says written (with "bytes") for
     each.  Raises RingprofError, whose .session is the session, when one
-    failed or when the time ran out."""
+    failed or when the time ran out.  pids (process ids) and cgroup (as
+    /proc/PID/cgroup shows it): keep only that job's events in the session;
+    the daemon reads the cgroup's processes now."""
     timeout = _wait_timeout(wait)
     body = _optional(last=None if last is None else _duration(last),
                      end=None if end is None else _time(end),
-                     name=name, run=run, reason=reason)
+                     name=name, run=run, reason=reason, **_job(pids, cgroup))
     s = request("POST", "/v1/snapshot", body)
     return s if timeout is None else _await_exports(s, timeout)
 

@@ -145,3 +145,18 @@ def test_bad_job_requests_are_refused_with_the_fix(daemon, cgroup):
     r = daemon.cli("stop", sid, "--cgroup", "/another")
     assert r.returncode != 0 and "one cgroup per session" in r.stderr, r.stderr
     daemon.cli("stop", sid, check=True)
+
+
+def test_python_package_names_the_job(daemon, monkeypatch):
+    import ringprof
+    monkeypatch.setenv("RINGPROF_SOCKET", daemon.socket)
+    s = ringprof.snapshot(last=1, name="job-python", pids=[os.getpid()])
+    assert manifest(s["path"])["filter"] == {"pids": [os.getpid()]}
+    sid = ringprof.start_session(name="job-python-session", pids=[os.getpid()])
+    s = ringprof.stop_session(sid, pids=[1])
+    assert sorted(manifest(s["path"])["filter"]["pids"]) == sorted([1, os.getpid()])
+    with pytest.raises(TypeError):
+        ringprof.snapshot(last=1, pids=["4242"])
+    with pytest.raises(ringprof.RingprofError) as e:
+        ringprof.snapshot(last=1, cgroup="/../etc")
+    assert e.value.status == 400
