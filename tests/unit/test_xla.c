@@ -44,43 +44,25 @@ static XStat *stat_new(int64_t md)
 	return s;
 }
 
-static XStat *stat_int(int64_t md, int64_t v)
-{
-	XStat *s = stat_new(md);
-	s->value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_INT64_VALUE;
-	s->int64_value = v;
-	return s;
-}
-
-static XStat *stat_uint(int64_t md, uint64_t v)
-{
-	XStat *s = stat_new(md);
-	s->value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_UINT64_VALUE;
-	s->uint64_value = v;
-	return s;
-}
-
-static XStat *stat_double(int64_t md, double v)
-{
-	XStat *s = stat_new(md);
-	s->value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_DOUBLE_VALUE;
-	s->double_value = v;
-	return s;
-}
+/* One constructor per scalar value type of XStat. */
+#define STAT_CTOR(fn, type, field, which)                 \
+	static XStat *fn(int64_t md, type v)              \
+	{                                                 \
+		XStat *s = stat_new(md);                  \
+		s->value_case = which;                    \
+		s->field = v;                             \
+		return s;                                 \
+	}
+STAT_CTOR(stat_int, int64_t, int64_value, TENSORFLOW__PROFILER__XSTAT__VALUE_INT64_VALUE)
+STAT_CTOR(stat_uint, uint64_t, uint64_value, TENSORFLOW__PROFILER__XSTAT__VALUE_UINT64_VALUE)
+STAT_CTOR(stat_double, double, double_value, TENSORFLOW__PROFILER__XSTAT__VALUE_DOUBLE_VALUE)
+STAT_CTOR(stat_ref, uint64_t, ref_value, TENSORFLOW__PROFILER__XSTAT__VALUE_REF_VALUE)
 
 static XStat *stat_str(int64_t md, const char *v)
 {
 	XStat *s = stat_new(md);
 	s->value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_STR_VALUE;
 	s->str_value = strdup(v);
-	return s;
-}
-
-static XStat *stat_ref(int64_t md, uint64_t ref)
-{
-	XStat *s = stat_new(md);
-	s->value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_REF_VALUE;
-	s->ref_value = ref;
 	return s;
 }
 
