@@ -115,6 +115,7 @@ struct call {
 	char grpc_message[256];
 	bool closed;
 	uint32_t reset_code;
+	char h2_error[160]; /* nghttp2's account of a connection error */
 };
 
 static ssize_t read_request(nghttp2_session *s, int32_t stream, uint8_t *buf, size_t len,
@@ -193,6 +194,15 @@ static int on_close(nghttp2_session *s, int32_t stream, uint32_t code, void *use
 		c->closed = true;
 		c->reset_code = code;
 	}
+	return 0;
+}
+
+static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, void *user)
+{
+	(void)s, (void)code;
+	struct call *c = user;
+	if (!c->h2_error[0])
+		snprintf(c->h2_error, sizeof(c->h2_error), "%.*s", (int)len, msg);
 	return 0;
 }
 
@@ -312,11 +322,17 @@ static int pump(nghttp2_session *s, int fd, struct call *c, const char *addr, ui
 		if (used < 0 && !c->body_err) {
 			h2_error = (int)used;
 			r = -EPROTO;
+		} else if (!c->closed && !nghttp2_session_want_read(s) &&
+			   !nghttp2_session_want_write(s)) {
+			r = -ECONNRESET; /* the session ended: GOAWAY or an error */
 		}
 	}
 	free(buf);
 	if (c->body_err)
 		return c->body_err;
+	if ((r == -ECONNRESET || r == -EPROTO) && c->h2_error[0])
+		return rp_err_set(c->err, -EPROTO, "%s does not speak HTTP/2 (gRPC) as expected: "
+				  "%s", addr, c->h2_error);
 	switch (r) {
 	case 0:
 		return 0;
@@ -370,6 +386,7 @@ static int run_call(int fd, struct call *c, const char *addr, const char *path,
 	nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
 	nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_close);
+	nghttp2_session_callbacks_set_error_callback2(cb, on_error);
 	nghttp2_session *s;
 	int r = nghttp2_session_client_new(&s, cb, c);
 	nghttp2_session_callbacks_del(cb);

@@ -28,6 +28,7 @@ struct summary {
 	uint64_t hlo_events, steps;
 	int64_t first_step, last_step;
 	json_t *step_names; /* annotation name -> events */
+	json_t *step_events; /* [step_num, start_ns, duration_ns], with --steps */
 	uint64_t min_start, max_end;
 	json_t *stats;      /* known stat -> events carrying it */
 	bool count_only;
@@ -83,6 +84,10 @@ static int on_event(const struct rp_xla_event *ev, void *arg)
 			s->last_step = ev->step_num;
 		s->steps++;
 		json_incr(s->step_names, ev->name);
+		if (s->step_events)
+			(void)json_array_append_new(s->step_events, json_pack("[I, I, I]",
+				(json_int_t)ev->step_num, (json_int_t)ev->start_ns,
+				(json_int_t)ev->duration_ns));
 	}
 	uint32_t hlo = 1u << RP_XLA_HLO_OP | 1u << RP_XLA_HLO_MODULE;
 	if ((ev->has & hlo) != hlo)
@@ -124,6 +129,7 @@ static void summary_free(struct summary *s)
 	json_decref(s->planes);
 	json_decref(s->stats);
 	json_decref(s->step_names);
+	json_decref(s->step_events);
 }
 
 static void print_text(json_t *j)
@@ -183,7 +189,8 @@ static void usage(FILE *out)
 		"  --continuous        StartContinuousProfiling, wait the duration, GetSnapshot\n"
 		"  --save FILE         write the XSpace received\n"
 		"  --top N             op rows to print (%d)\n"
-		"  --json              print the summary as JSON\n",
+		"  --json              print the summary as JSON\n"
+		"  --steps             with --json: every step annotation's step_num, start, duration\n",
 		DEFAULT_MAX_BYTES, DEFAULT_TOP);
 }
 
@@ -193,19 +200,19 @@ struct args {
 	unsigned timeout_ms;
 	size_t max_bytes;
 	int top, repeat;
-	bool json, continuous;
+	bool json, continuous, steps;
 };
 
 static int parse_args(int argc, char **argv, struct args *a)
 {
 	enum { DURATION = 256, TIMEOUT, MAXB, HOST, DEVICE, PY, CONT, SAVE, TOP, JSON, DECODE,
-	       REPEAT, HELP };
+	       REPEAT, STEPS, HELP };
 	static const struct option opts[] = {
 		{"duration-ms", 1, 0, DURATION}, {"timeout-ms", 1, 0, TIMEOUT},
 		{"max-bytes", 1, 0, MAXB}, {"host-level", 1, 0, HOST},
 		{"device-level", 1, 0, DEVICE}, {"python-level", 1, 0, PY},
 		{"continuous", 0, 0, CONT}, {"save", 1, 0, SAVE}, {"top", 1, 0, TOP},
-		{"json", 0, 0, JSON}, {"decode", 1, 0, DECODE}, {"repeat", 1, 0, REPEAT},
+		{"json", 0, 0, JSON}, {"decode", 1, 0, DECODE}, {"repeat", 1, 0, REPEAT}, {"steps", 0, 0, STEPS},
 		{"help", 0, 0, HELP}, {0},
 	};
 	*a = (struct args){.max_bytes = DEFAULT_MAX_BYTES, .top = DEFAULT_TOP, .repeat = 1};
@@ -226,6 +233,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case JSON: a->json = true; break;
 		case DECODE: a->decode = optarg; break;
 		case REPEAT: a->repeat = v ? (int)v : 1; break;
+		case STEPS: a->steps = true; break;
 		case HELP: usage(stdout); exit(0);
 		default: return -EINVAL;
 		}
@@ -280,7 +288,8 @@ int main(int argc, char **argv)
 	uint64_t call_ns[2];
 	int r = get_window(&a, &w, call_ns, &err);
 	struct summary s = {.planes = json_object(), .stats = json_object(),
-			    .step_names = json_object()};
+			    .step_names = json_object(),
+			    .step_events = a.steps ? json_array() : NULL};
 	struct rp_xspace_counts counts = {0};
 	uint64_t decode_ns = 0;
 	int64_t n = 0;
@@ -305,6 +314,8 @@ int main(int argc, char **argv)
 		"skipped", (json_int_t)counts.skipped,
 		"call_start_ns", (json_int_t)call_ns[0], "call_end_ns", (json_int_t)call_ns[1],
 		"decode_events_per_s", decode_ns ? (double)n * (a.repeat - 1) * 1e9 / decode_ns : 0.0));
+	if (s.step_events)
+		(void)json_object_set(j, "step_events", s.step_events);
 	if (a.json)
 		(void)json_dumpf(j, stdout, JSON_INDENT(1));
 	else

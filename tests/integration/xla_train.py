@@ -1,10 +1,13 @@
 """A JAX training loop with a profiler server, the peer of the XLA pull tests.
 
-Usage: xla_train.py PORT SECONDS [TRACE_DIR]
-Starts jax.profiler's server on PORT, compiles a jitted train step, prints
-"ready" and then runs steps, each inside a StepTraceAnnotation named
-"train" (step_num = the step), for SECONDS.  With TRACE_DIR the whole run
-is also traced in-process with jax.profiler.trace (the reference).
+Usage: xla_train.py PORT SECONDS [STEP_LOG [TRACE_DIR]]
+Starts jax.profiler's server on PORT (0: none), compiles a jitted train
+step, prints "ready" and then runs steps, each inside a StepTraceAnnotation
+named "train" (step_num = the step), for SECONDS.  Every 64th step is
+bracketed in STEP_LOG ("step N BEFORE AFTER", CLOCK_MONOTONIC ns read just
+outside the annotation), which the tests hold the pulled times against.
+With TRACE_DIR the whole run is also traced in-process with
+jax.profiler.trace.
 """
 import sys
 import time
@@ -30,18 +33,23 @@ def main():
     y = jnp.zeros((128, 64))
     w = train_step(w, x, y).block_until_ready()
     print("ready", flush=True)
+    log = open(sys.argv[3], "w", buffering=1) if len(sys.argv) > 3 else None
+    mono = time.CLOCK_MONOTONIC
     end = time.monotonic() + seconds
     step = 0
     while time.monotonic() < end:
+        before = time.clock_gettime_ns(mono)
         with jax.profiler.StepTraceAnnotation("train", step_num=step):
             w = train_step(w, x, y).block_until_ready()
+        if log and step % 64 == 0:
+            log.write(f"step {step} {before} {time.clock_gettime_ns(mono)}\n")
         step += 1
     print("steps", step, flush=True)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 3:
-        with jax.profiler.trace(sys.argv[3]):
+    if len(sys.argv) > 4:
+        with jax.profiler.trace(sys.argv[4]):
             main()
     else:
         main()
