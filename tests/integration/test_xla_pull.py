@@ -119,6 +119,19 @@ def test_continuous_profiling_snapshot(jax_server):
     assert j["hlo_events"] > 0 and j["steps"]["count"] > 0
 
 
+def test_consecutive_snapshots_follow_each_other(jax_server):
+    """Two snapshots of one continuous session: each holds XLA ops and
+    steps, the second's after the first's (the gap between them is what
+    the server spends collecting: measured in docs/xla.md)."""
+    addr, _ = jax_server
+    rc, j, err = probe(addr, "--duration-ms", 500, "--continuous", "--windows", 2)
+    assert rc == 0, err
+    first, second = j["windows"]
+    assert first["events"] > 0 and second["events"] > 0
+    assert second["min_start_ns"] > first["min_start_ns"]
+    assert second["max_end_ns"] > first["max_end_ns"]
+
+
 def test_connection_refused():
     rc, _, err = probe(f"127.0.0.1:{free_port()}", "--duration-ms", 100)
     assert rc == 1 and "refused" in err and "start_server" in err
