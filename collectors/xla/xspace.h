@@ -25,7 +25,7 @@
 /* The largest XSpace the decoder accepts; unpacking may use at most
  * RP_XSPACE_MEMORY_FACTOR times the input in memory. */
 #define RP_XSPACE_MAX_BYTES ((size_t)512 << 20)
-#define RP_XSPACE_MEMORY_FACTOR 24
+#define RP_XSPACE_MEMORY_FACTOR 16
 
 enum rp_xla_stat_type {
 	RP_XLA_STAT_INT,
