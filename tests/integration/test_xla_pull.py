@@ -29,6 +29,15 @@ PROFILE = "/tensorflow.ProfilerService/Profile"
 MONO = time.CLOCK_MONOTONIC
 
 
+def workload_env():
+    """The JAX workload is a peer, not our code: it runs without the ASan
+    runtime the sanitized pass preloads (jaxlib's C++ exceptions trip
+    ASan's __cxa_throw interceptor in a Python not linked with libstdc++)."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,7 +61,8 @@ def jax_server(tmp_path_factory):
     port = free_port()
     log = tmp_path_factory.mktemp("xla") / "steps.log"
     proc = subprocess.Popen([sys.executable, str(WORKLOAD), str(port), "300", str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=workload_env())
     try:
         assert proc.stdout.readline().strip() == "ready", "the JAX workload did not start"
         yield f"127.0.0.1:{port}", log
@@ -120,7 +130,8 @@ def test_decoder_agrees_with_python_protobuf_on_a_jax_trace(tmp_path):
     Python's protobuf: the same events per plane, XLA ops and steps."""
     trace = tmp_path / "trace"
     subprocess.run([sys.executable, str(WORKLOAD), "0", "1", str(tmp_path / "steps"),
-                    str(trace)], check=True, capture_output=True, timeout=300)
+                    str(trace)], check=True, capture_output=True, timeout=300,
+                   env=workload_env())
     (path,) = trace.glob("plugins/profile/*/*.xplane.pb")
     rc, j, err = probe("--decode", path)
     assert rc == 0, err
