@@ -2,7 +2,7 @@
  * the profiler server handles one session at a time anyway, and a fresh
  * connection leaves no state behind after a peer misbehaved. */
 #include <errno.h>
-#include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -132,14 +132,21 @@ static ssize_t read_request(nghttp2_session *s, int32_t stream, uint8_t *buf, si
 	return (ssize_t)n;
 }
 
+static int hex_digit(uint8_t c)
+{
+	return c >= '0' && c <= '9' ? c - '0' :
+	       (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+}
+
 /* grpc-message is percent-encoded; decode it for the error message. */
 static void percent_decode(char *out, size_t cap, const uint8_t *in, size_t len)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < len && o + 1 < cap; i++) {
-		unsigned v;
-		if (in[i] == '%' && i + 2 < len && sscanf((const char *)in + i + 1, "%2x", &v) == 1) {
-			out[o++] = (char)v;
+		int hi = in[i] == '%' && i + 2 < len ? hex_digit(in[i + 1]) : -1;
+		int lo = hi >= 0 ? hex_digit(in[i + 2]) : -1;
+		if (lo >= 0) {
+			out[o++] = (char)(hi << 4 | lo);
 			i += 2;
 		} else {
 			out[o++] = (char)in[i];
@@ -246,7 +253,8 @@ static int start_connect(const char *addr, int *fd_out, struct rp_err *err)
 static int remaining_ms(uint64_t deadline)
 {
 	uint64_t now = rp_clock_now_ns();
-	return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+	uint64_t ms = now >= deadline ? 0 : (deadline - now + 999999) / 1000000;
+	return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
 /* Wait for events on fd until the deadline: revents, or -ETIMEDOUT. */

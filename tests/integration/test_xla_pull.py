@@ -251,12 +251,27 @@ def test_hanging_server_meets_the_deadline(fake_server):
     assert elapsed < 30
 
 
+def test_silent_peer_meets_the_deadline():
+    """A peer that takes the connection and never says a word (the kernel
+    accepts it; nobody reads): the probe's own deadline ends the call, not
+    a server-side one as with grpcio above."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        addr = "127.0.0.1:%d" % sock.getsockname()[1]
+        rc, _, err = probe(addr, "--duration-ms", 100, "--timeout-ms", 1000, timeout=30)
+    assert rc == 1 and "did not answer within the deadline" in err, err
+
+
 def test_error_status_is_quoted(fake_server):
     def busy(request, context):
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "another profiling session is active")
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                      "another profiling session is active (100% busy, réessayez)")
 
     rc, _, err = probe(fake_server(busy), "--duration-ms", 100)
-    assert rc == 1 and "FAILED_PRECONDITION" in err and "another profiling session" in err
+    # grpc-message travels percent-encoded ('%' and non-ASCII bytes).
+    assert rc == 1 and "FAILED_PRECONDITION" in err
+    assert "another profiling session is active (100% busy, réessayez)" in err
 
 
 def test_unimplemented_continuous_profiling(fake_server):
