@@ -300,6 +300,28 @@ def test_oversized_response_is_refused(fake_server):
     assert rc == 1 and "more than the cap" in err
 
 
+def test_recorded_window_inline_or_as_tool_data(fake_server):
+    """A recorded JAX window (the fuzz seed), served inline (xspace, field
+    8) and as tool_data "xplane.pb" (field 6, as servers without
+    emit_xspace answer): the same events either way."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    xspace = (root / "tests" / "fuzz" / "corpus" / "xspace" / "jax-cpu-window").read_bytes()[1:]
+    name = b"\x0a" + varint(9) + b"xplane.pb"
+    tool = name + b"\x12" + varint(len(xspace)) + xspace
+    answers = {
+        "inline": b"\x42" + varint(len(xspace)) + xspace,
+        "tool_data": b"\x32" + varint(len(tool)) + tool,
+    }
+    summaries = {}
+    for how, response in answers.items():
+        rc, j, err = probe(fake_server(lambda r, c, response=response: response),
+                           "--duration-ms", 100)
+        assert rc == 0, err
+        summaries[how] = (j["events"], j["hlo_events"], j["steps"]["count"], j["top_ops"])
+    assert summaries["inline"] == summaries["tool_data"]
+    assert summaries["inline"][1] > 0 and summaries["inline"][2] > 0
+
+
 def test_request_carries_the_options(fake_server):
     """What the server receives: duration, levels and emit_xspace, decoded
     with the upstream field numbers (ProfileRequest 1, 4, 9; ProfileOptions
