@@ -48,12 +48,16 @@ struct device {
 	struct rp_drain_stats stats;     /* published by the ingest thread */
 	struct rp_drain_producer_stats corrupt[RP_RING_CORRUPT_SHOWN]; /* likewise */
 	unsigned ncorrupt;
+	/* The daemon's own producer rings attached (ingest thread only): not
+	 * in the producers status shows, which are the workloads'. */
+	unsigned own_rings;
 };
 
 struct pending {
 	struct pending *next;
 	struct device *dev;
 	struct rp_shmring *ring;
+	bool own;                        /* the daemon's (rp_collector_env) */
 	char thread_name[64];
 	char process_name[64];
 };
@@ -332,8 +336,11 @@ static void attach_pending(struct rp_rings *r, struct pending *p)
 		rp_drain_add(p->dev->drain, &ev, NULL);
 	}
 	if (rp_drain_attach(p->dev->drain, p->ring) < 0) {
-		unaccount_ring(r, p->ring);
+		if (!p->own)
+			unaccount_ring(r, p->ring);
 		rp_shmring_close(p->ring);
+	} else {
+		p->dev->own_rings += p->own;
 	}
 }
 
@@ -511,6 +518,7 @@ static void publish_stats(struct device *d)
 	unsigned ncorrupt = 0;
 	struct rp_drain_stats st;
 	rp_drain_stats(d->drain, &st);
+	st.producers -= d->own_rings;
 	for (size_t from = 0, n; st.corrupt_records && ncorrupt < RP_RING_CORRUPT_SHOWN &&
 	     (n = rp_drain_producers(d->drain, from, batch, 64)) > 0; from += n)
 		for (size_t i = 0; i < n && ncorrupt < RP_RING_CORRUPT_SHOWN; i++)
@@ -849,6 +857,7 @@ static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring
 	}
 	p->dev = d;
 	p->ring = ring;
+	p->own = !accounted;
 	snprintf(p->thread_name, sizeof(p->thread_name), "%s", thread_name ? thread_name : "");
 	read_comm(rp_shmring_pid(ring), p->process_name, sizeof(p->process_name));
 	pthread_mutex_lock(&r->lock);
