@@ -599,10 +599,13 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	json_array_foreach(json_object_get(r, "collectors"), i, col) {
 		if (i == 0)
 			printf("\ncollectors:\n");
-		if (!strcmp(jstr(col, "state"), "running"))
+		if (!strcmp(jstr(col, "state"), "running") && json_object_get(col, "frequency_hz"))
 			printf("  %s: running at %lld Hz, %lld events, %lld lost\n", jtext(col, "name"),
 			       (long long)jint(col, "frequency_hz"), (long long)jint(col, "events"),
 			       (long long)jint(col, "lost"));
+		else if (!strcmp(jstr(col, "state"), "running"))
+			printf("  %s: running, %lld events, %lld lost\n", jtext(col, "name"),
+			       (long long)jint(col, "events"), (long long)jint(col, "lost"));
 		else
 			printf("  %s: %s: %s\n", jtext(col, "name"), jtext(col, "state"), jtext(col, "reason"));
 	}

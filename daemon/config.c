@@ -39,6 +39,8 @@ void rp_config_defaults(struct rp_config *c)
 	c->sampler_depth = 127;
 	c->host_metrics_enabled = true;
 	c->host_metrics_interval_ns = SEC;
+	c->psi_enabled = true;
+	c->psi_interval_ns = SEC;
 	c->producer_ring_size = MiB;
 	c->producer_max_rings = 4096;
 	c->producer_max_rings_per_process = 1024;
@@ -409,6 +411,23 @@ static int set_host_metrics_interval(struct rp_config *c, struct rp_ring_config 
 	return duration_in(v, 10 * MS, 3600 * SEC, &c->host_metrics_interval_ns, err);
 }
 
+static int set_psi_enabled(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			   struct rp_err *err)
+{
+	(void)r;
+	if (strcmp(v, "true") && strcmp(v, "false"))
+		return rp_err_set(err, -EINVAL, "'%s' is not one of true, false", v);
+	c->psi_enabled = !strcmp(v, "true");
+	return 0;
+}
+
+static int set_psi_interval(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			    struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 10 * MS, 3600 * SEC, &c->psi_interval_ns, err);
+}
+
 static int set_sampler_cgroup(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			      struct rp_err *err)
 {
@@ -697,6 +716,7 @@ static const struct section_def {
 			 {"pids", set_sampler_pids})},
 	{"host_metrics", KEYS({"enabled", set_host_metrics_enabled},
 			      {"interval", set_host_metrics_interval})},
+	{"psi", KEYS({"enabled", set_psi_enabled}, {"interval", set_psi_interval})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
 			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
 			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports},
@@ -709,7 +729,7 @@ static const struct section_def {
 	{"rule.", KEYS({NULL, NULL})},
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
-#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [host_metrics], [sessions], [alertmanager], [rule.NAME]"
+#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [sessions], [alertmanager], [rule.NAME]"
 
 static bool is_ring_section(const char *name)
 {
@@ -1146,6 +1166,8 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	fputc('\n', out);
 	fprintf(out, "\n[host_metrics]\nenabled = %s\n", c->host_metrics_enabled ? "true" : "false");
 	print_duration(out, "interval", c->host_metrics_interval_ns);
+	fprintf(out, "\n[psi]\nenabled = %s\n", c->psi_enabled ? "true" : "false");
+	print_duration(out, "interval", c->psi_interval_ns);
 	fprintf(out, "\n[sessions]\n");
 	print_string(out, "default_run", c->default_run);
 	print_duration(out, "default_last", c->default_last_ns);

@@ -107,6 +107,9 @@ struct rp_config {
 	/* [host_metrics]: CPU utilisation and memory of the host, as counters */
 	bool host_metrics_enabled;
 	uint64_t host_metrics_interval_ns; /* 10 ms..1 h */
+	/* [psi]: pressure stall information of the host, as counters */
+	bool psi_enabled;
+	uint64_t psi_interval_ns;          /* 10 ms..1 h */
 	/* [sessions] */
 	char default_run[64];
 	uint64_t default_last_ns;    /* snapshot window when none is given */

@@ -1075,9 +1075,10 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 	json_t *collectors = json_array();
 	struct rp_collector_info col;
 	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++) {
-		json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i}", "name", col.name, "state", col.state,
-				      "events", (json_int_t)col.events, "lost", (json_int_t)col.lost,
-				      "frequency_hz", (int)col.frequency_hz);
+		json_t *o = json_pack("{s:s, s:s, s:I, s:I}", "name", col.name, "state", col.state,
+				      "events", (json_int_t)col.events, "lost", (json_int_t)col.lost);
+		for (unsigned v = 0; col.value_names && col.value_names[v]; v++)
+			json_object_set_new(o, col.value_names[v], json_integer((json_int_t)col.values[v]));
 		if (col.reason[0])
 			json_object_set_new(o, "reason", json_string(col.reason));
 		json_array_append_new(collectors, o);
@@ -1196,6 +1197,12 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++)
 		fprintf(f, "ringprof_collector_running{collector=\"%s\"} %d\n", col.name,
 			!strcmp(col.state, "running"));
+	fprintf(f, "# HELP ringprof_collector_value A collector's own values (status shows them too).\n"
+		   "# TYPE ringprof_collector_value gauge\n");
+	for (unsigned i = 0; rp_rings_collector(c->rings, i, &col) == 0; i++)
+		for (unsigned v = 0; col.value_names && col.value_names[v]; v++)
+			fprintf(f, "ringprof_collector_value{collector=\"%s\",name=\"%s\"} %llu\n",
+				col.name, col.value_names[v], (unsigned long long)col.values[v]);
 	pthread_mutex_lock(&c->lock);
 	static const char *const kinds[] = { [RP_SESSION_SNAPSHOT] = "snapshot",
 					     [RP_SESSION_MANUAL] = "session",

@@ -17,19 +17,9 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "hostmetrics.h"
+#include "collector.h"
 #include "parse.h"
 #include "safefs.h"
-#ifdef RINGPROF_HAVE_SAMPLER
-#include <linux/types.h>
-
-#include "procinfo.h"
-#include "sampler.h"
-#include "sampler_record.h"
-
-_Static_assert(RP_CPU_SAMPLE_HZ_MAX == RP_SAMPLER_HZ_MAX,
-	       "the rates the configuration and the API take must be the sampler's");
-#endif
 
 #define REAP_INTERVAL_NS 1000000000ull
 /* After a round that took in no producer event and served no request,
@@ -43,16 +33,11 @@ _Static_assert(RP_CPU_SAMPLE_HZ_MAX == RP_SAMPLER_HZ_MAX,
  *   after its first event: a 1 MiB ring (the ring_size default) fills in
  *   40 ms past 26 MB/s (in 10 ms, past 105 MB/s), and only in that first
  *   wait; a full ring drops and counts.
- * - the CPU sampler samples at its rate whatever the rings do, so its
- *   samples do not end the back-off; instead the wait stays below the
- *   time they take to fill half of its BPF ring buffer at worst (every
- *   CPU busy, every stack max_depth deep): see sampler_fill_ns.
- * - host metrics: the wait ends when they are due. */
+ * - collectors on this thread: the wait ends when their due_ns says (the
+ *   CPU sampler, whose samples do not end the back-off, before they can
+ *   fill half of its BPF ring buffer; host metrics at their interval). */
 #define IDLE_WAIT_MAX_NS 50000000ull
 #define IDLE_WAIT_FACTOR 4
-/* The sampler's BPF ring buffer, set here so that the bound above knows
- * it. */
-#define SAMPLER_RINGBUF (4u << 20)
 
 struct device {
 	char name[64];
@@ -64,14 +49,27 @@ struct device {
 	struct rp_drain_stats stats;     /* published by the ingest thread */
 	struct rp_drain_producer_stats corrupt[RP_RING_CORRUPT_SHOWN]; /* likewise */
 	unsigned ncorrupt;
+	/* The daemon's own producer rings attached (ingest thread only): not
+	 * in the producers status shows, which are the workloads'. */
+	unsigned own_rings;
 };
 
 struct pending {
 	struct pending *next;
 	struct device *dev;
 	struct rp_shmring *ring;
+	bool own;                        /* the daemon's (rp_collector_env) */
 	char thread_name[64];
 	char process_name[64];
+};
+
+/* A collector of the registry as this module runs it. */
+struct collector {
+	const struct rp_collector *ops;
+	void *state;                     /* NULL: not running; else ingest thread only */
+	struct rp_emit emit;             /* into its device's drain */
+	uint64_t error_logged;
+	struct rp_collector_info info;   /* guarded by rp_rings.lock */
 };
 
 /* Producer rings attached now, by process, for the limits of [producers]. */
@@ -90,16 +88,10 @@ struct rp_rings {
 	uint64_t producer_shm_bytes;
 	uint64_t refused;                /* attaches refused: a limit, a device name */
 	unsigned quarantined;            /* ring files set aside at start */
-#ifdef RINGPROF_HAVE_SAMPLER
-	struct rp_sampler *sampler;      /* ingest thread only, once started */
-	uint64_t sampler_lost_seen;
-	unsigned sampler_hz_recorded;    /* cpu_sampler_hz in the host ring */
-	struct sample_ctx *sample_ctx;
-	unsigned sampler_cpus;
-#endif
-	struct rp_collector_info sampler_info; /* guarded by lock */
-	struct rp_hostmetrics *hostmetrics;    /* ingest thread only; NULL when off */
-	uint64_t hostmetrics_error_logged;
+	struct rp_collector_env env;     /* what collectors are lent */
+	struct collector *collectors;    /* the registry's, in its order */
+	unsigned ncollectors;
+	unsigned rate_collectors;        /* running ones with set_sample_hz */
 	pthread_mutex_t devices_lock;    /* serialises device creation */
 	struct device *devices[RP_MAX_DEVICES];
 	atomic_uint ndevices;            /* entries below it are immutable */
@@ -113,7 +105,7 @@ struct rp_rings {
 	int flush_status;
 	/* The sampling rate asked for (rp_rings_set_sampler_hz) and how the
 	 * last request went. */
-	unsigned sampler_hz_wanted;
+	unsigned sample_hz_wanted;
 	uint64_t hz_requested, hz_done;
 	struct rp_err hz_err;
 	bool stop;
@@ -345,8 +337,11 @@ static void attach_pending(struct rp_rings *r, struct pending *p)
 		(void)rp_drain_add(p->dev->drain, &ev, NULL); /* a name lost: the drain counts it */
 	}
 	if (rp_drain_attach(p->dev->drain, p->ring) < 0) {
-		unaccount_ring(r, p->ring);
+		if (!p->own)
+			unaccount_ring(r, p->ring);
 		rp_shmring_close(p->ring);
+	} else {
+		p->dev->own_rings += p->own;
 	}
 }
 
@@ -364,234 +359,151 @@ static int flush_all(struct rp_rings *r, unsigned n)
 	return status;
 }
 
-static int to_drain(void *ctx, const struct rp_event *ev)
+static int emit_event(void *ctx, const struct rp_event *ev)
 {
 	return rp_drain_add(ctx, ev, NULL);
 }
 
-/* Host metrics go to the host ring; a failing read is logged once a
- * minute at most. */
-static void poll_host_metrics(struct rp_rings *r)
+static int emit_sticky(void *ctx, const struct rp_event *ev)
 {
-	if (!r->hostmetrics)
-		return;
-	uint64_t now = rp_clock_now_ns();
-	struct rp_err err = { 0 };
-	int rc = rp_hostmetrics_poll(r->hostmetrics, now, to_drain, r->devices[0]->drain, &err);
-	if (rc < 0 && now - r->hostmetrics_error_logged > 60000000000ull) {
-		fprintf(stderr, "ringprofd: %s\n", err.msg);
-		r->hostmetrics_error_logged = now;
-	}
+	return rp_drain_add_sticky(ctx, ev, NULL);
 }
 
-#ifdef RINGPROF_HAVE_SAMPLER
-/* Threads whose name is already in the host ring.  A sample carries its
- * thread's comm, but names live in metadata events (repeated in every
- * chunk by the drain), so a thread is named once, when first sampled.
- * Open addressing; when it fills up it starts over, which only repeats
- * names. */
-#define SEEN_SLOTS 8192
-struct sample_ctx {
-	struct rp_drain *host;
-	struct rp_procinfo *procinfo;
-	uint32_t seen[SEEN_SLOTS];
-	unsigned nseen;
-};
-
-static bool first_sight(struct sample_ctx *c, uint32_t tid)
-{
-	if (c->nseen >= SEEN_SLOTS / 2) {
-		memset(c->seen, 0, sizeof(c->seen));
-		c->nseen = 0;
-	}
-	for (uint32_t i = tid * 2654435761u % SEEN_SLOTS;; i = (i + 1) % SEEN_SLOTS) {
-		if (c->seen[i] == tid)
-			return false;
-		if (c->seen[i] == 0) {
-			c->seen[i] = tid;
-			c->nseen++;
-			return true;
-		}
-	}
-}
-
-static int add_sample(void *ctx, const struct rp_event *ev)
-{
-	struct sample_ctx *c = ctx;
-	/* The process's name, command line and mappings precede its first
-	 * sample, and new mappings the first sample that runs in them. */
-	(void)rp_procinfo_sample(c->procinfo, ev, to_drain, c->host); /* metadata is best effort */
-	if (ev->name && ev->tid && first_sight(c, ev->tid)) {
-		struct rp_event name = { .kind = RP_EV_THREAD_NAME, .ts = ev->ts, .pid = ev->pid,
-					 .tid = ev->tid, .name = ev->name };
-		(void)rp_drain_add(c->host, &name, NULL);
-	}
-	return rp_drain_add(c->host, ev, NULL);
-}
-
-static void forget_process(void *ctx, uint32_t pid)
+static void emit_forget(void *ctx, uint32_t pid)
 {
 	rp_drain_forget(ctx, pid);
 }
-#endif
 
-/* Processes the sampler described and that exited are forgotten: the
- * chunks holding their samples hold their names and mappings already. */
-static void reap_processes(struct rp_rings *r)
+/* Stats of a collector for other threads. */
+static void publish_collector(struct rp_rings *r, struct collector *c)
 {
-#ifdef RINGPROF_HAVE_SAMPLER
-	if (r->sampler)
-		rp_procinfo_reap(r->sample_ctx->procinfo, forget_process, r->devices[0]->drain);
-#else
-	(void)r;
-#endif
-}
-
-#ifdef RINGPROF_HAVE_SAMPLER
-/* How long samples at hz on every CPU take to fill half of the BPF ring
- * buffer, each with a full stack (the ring buffer's 8-byte record header,
- * the record, max_depth frames): 9.9 s at 99 Hz on 2 CPUs, 31 ms at
- * 999 Hz on 64. */
-static uint64_t sampler_fill_ns(const struct rp_rings *r, unsigned hz)
-{
-	uint64_t record = 8 + offsetof(struct rp_sampler_record, frames) +
-			  8 * (uint64_t)r->cfg->sampler_depth;
-	uint64_t bytes_per_s = (uint64_t)hz * r->sampler_cpus * record;
-	return bytes_per_s ? SAMPLER_RINGBUF / 2 * 1000000000ull / bytes_per_s : UINT64_MAX;
-}
-#endif
-
-/* CPU samples go to the host ring (device 0); samples the BPF ring buffer
- * lost become a drops event, so snapshots count them too.  want_hz (0:
- * none): the rate to sample at from now on; a failure to set it goes to
- * hz_err. */
-static void poll_sampler(struct rp_rings *r, unsigned want_hz, struct rp_err *hz_err)
-{
-#ifdef RINGPROF_HAVE_SAMPLER
-	if (!r->sampler)
-		return;
-	struct rp_drain *host = r->devices[0]->drain;
-	r->sample_ctx->host = host;
-	rp_sampler_poll(r->sampler, add_sample, r->sample_ctx);
-	/* The samples of the old rate are in: the counter's time below
-	 * divides them from those of the new one. */
-	uint64_t now = rp_clock_now_ns();
-	struct rp_sampler_stats st;
-	rp_sampler_stats(r->sampler, &st);
-	if (want_hz && want_hz != st.frequency_hz &&
-	    rp_sampler_set_frequency(r->sampler, want_hz, hz_err) == 0) {
-		fprintf(stderr, "ringprofd: CPU sampler: %u Hz (was %u)\n", want_hz, st.frequency_hz);
-		st.frequency_hz = want_hz;
-	}
-	if (st.lost > r->sampler_lost_seen) {
-		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = rp_clock_now_ns(),
-				       .u.drops.count = st.lost - r->sampler_lost_seen };
-		(void)rp_drain_add(host, &ev, NULL);
-		r->sampler_lost_seen = st.lost;
-	}
-	if (st.frequency_hz != r->sampler_hz_recorded) {
-		/* Repeated in every chunk: what CPU time a sample stands for. */
-		struct rp_event hz = { .kind = RP_EV_COUNTER, .ts = now,
-				       .name = "cpu_sampler_hz", .u.counter.value = st.frequency_hz };
-		if (rp_drain_add_sticky(host, &hz, NULL) == 0)
-			r->sampler_hz_recorded = st.frequency_hz;
-	}
+	struct rp_collector_stats st = { 0 };
+	if (c->state && c->ops->stats)
+		c->ops->stats(c->state, &st);
 	pthread_mutex_lock(&r->lock);
-	r->sampler_info.events = st.samples;
-	r->sampler_info.lost = st.lost;
-	r->sampler_info.frequency_hz = st.frequency_hz;
+	c->info.events = st.events;
+	c->info.lost = st.lost;
+	memcpy(c->info.values, st.values, sizeof(st.values));
 	pthread_mutex_unlock(&r->lock);
-#else
-	(void)r;
-	(void)want_hz;
-	(void)hz_err;
-#endif
 }
 
-/* The sampler is optional equipment: without the privileges or the build
- * support the daemon runs on, and status says why. */
-static int start_sampler(struct rp_rings *r, struct rp_err *err)
+/* Every running collector on this thread hands what is due to its
+ * device's drain; a failing one is logged once a minute at most.
+ * rate_request: a session's sampling rate hz to apply (see set_sample_hz),
+ * its failure to hz_err. */
+static void poll_collectors(struct rp_rings *r, bool rate_request, unsigned hz,
+			    struct rp_err *hz_err)
 {
-	struct rp_collector_info *info = &r->sampler_info;
-	snprintf(info->name, sizeof(info->name), "cpu_sampler");
-	if (r->cfg->sampler_mode == RP_SAMPLER_OFF) {
-		snprintf(info->state, sizeof(info->state), "off");
-		snprintf(info->reason, sizeof(info->reason), "[sampler] enabled = false");
-		return 0;
+	for (unsigned i = 0; i < r->ncollectors; i++) {
+		struct collector *c = &r->collectors[i];
+		const struct rp_collector *ops = c->ops;
+		if (!c->state)
+			continue;
+		if (ops->poll) {
+			uint64_t now = rp_clock_now_ns();
+			struct rp_err err = { 0 };
+			if (ops->poll(c->state, now, &c->emit, &err) < 0 &&
+			    now - c->error_logged > 60000000000ull) {
+				fprintf(stderr, "ringprofd: %s\n", err.msg);
+				c->error_logged = now;
+			}
+		}
+		if (rate_request && ops->set_sample_hz)
+			(void)ops->set_sample_hz(c->state, hz, &c->emit, hz_err);
+		publish_collector(r, c);
 	}
-	struct rp_err serr = { 0 };
-	int rc;
-#ifdef RINGPROF_HAVE_SAMPLER
-	struct rp_sampler_opts so = {
-		.frequency_hz = r->cfg->sampler_hz,
-		.max_depth = r->cfg->sampler_depth,
-		.cgroup_path = r->cfg->sampler_cgroup[0] ? r->cfg->sampler_cgroup : NULL,
-		.pids = r->cfg->sampler_pids,
-		.npids = r->cfg->sampler_npids,
-		.ringbuf_bytes = SAMPLER_RINGBUF,
-	};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN); /* those sampled: see sampler.h */
-	r->sampler_cpus = cpus > 0 ? (unsigned)cpus : 1;
-	r->sample_ctx = calloc(1, sizeof(*r->sample_ctx));
-	rc = r->sample_ctx ? rp_procinfo_new("/proc", &r->sample_ctx->procinfo, &serr)
-			   : rp_err_set(&serr, -ENOMEM, "out of memory");
+}
+
+/* A producer ring of the daemon's own (see rp_collector_env): attached
+ * like a producer's, not counted against [producers]. */
+static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring *ring,
+		       bool own_tid, const char *thread_name, bool accounted, struct rp_err *err);
+
+static int own_producer_ring(void *ctx, const char *device, size_t data_size,
+			     struct rp_shmring **out, struct rp_err *err)
+{
+	struct rp_rings *r = ctx;
+	struct rp_shmring *drained, *written = NULL;
+	int rc = rp_shmring_create(data_size, 0, 0, RP_SHM_CLOCK_MONOTONIC, &drained, err);
+	if (rc < 0)
+		return rc;
+	rc = rp_shmring_map(rp_shmring_fd(drained), &written, err);
 	if (rc == 0)
-		rc = rp_sampler_open(&so, &r->sampler, &serr);
-#else
-	rc = rp_err_set(&serr, -ENOTSUP,
-			"this ringprofd was built without the eBPF sampler (bpftool, clang, libbpf "
-			"or kernel BTF were missing at build time): run scripts/install-deps.sh and rebuild");
-#endif
-	if (rc == 0) {
-		snprintf(info->state, sizeof(info->state), "running");
-		info->frequency_hz = r->cfg->sampler_hz;
-		return 0;
+		rc = attach_ring(r, device, drained, false, "", false, err);
+	if (rc < 0) {
+		rp_shmring_close(written);
+		rp_shmring_close(drained);
+		return rc;
 	}
-	snprintf(info->state, sizeof(info->state), "disabled");
-	snprintf(info->reason, sizeof(info->reason), "%s", serr.msg);
-	if (r->cfg->sampler_mode == RP_SAMPLER_ON)
-		return rp_err_set(err, rc, "CPU sampler: %s", serr.msg);
-	fprintf(stderr, "ringprofd: CPU sampler disabled: %s\n", serr.msg);
+	*out = written;
 	return 0;
 }
 
-/* Host metrics are optional too: without /proc the daemon runs on. */
-static void start_host_metrics(struct rp_rings *r)
+/* Start every collector of the registry that the configuration does not
+ * turn off.  One that cannot start is logged and shown disabled in
+ * status, or stops the daemon when it is required. */
+static int start_collectors(struct rp_rings *r, struct rp_err *err)
 {
-	struct rp_err err = { 0 };
-	if (r->cfg->host_metrics_enabled &&
-	    rp_hostmetrics_new("/proc", r->cfg->host_metrics_interval_ns, &r->hostmetrics, &err) < 0)
-		fprintf(stderr, "ringprofd: host metrics disabled: %s\n", err.msg);
-}
-
-/* The longest wait of the back-off (see IDLE_WAIT_MAX_NS) at the rate
- * the sampler runs at now (lock held). */
-static uint64_t idle_wait_max(const struct rp_rings *r)
-{
-	uint64_t poll = r->cfg->poll_interval_ns;
-	uint64_t max = IDLE_WAIT_FACTOR * poll < IDLE_WAIT_MAX_NS ? IDLE_WAIT_FACTOR * poll
-								 : IDLE_WAIT_MAX_NS;
-#ifdef RINGPROF_HAVE_SAMPLER
-	uint64_t fill = sampler_fill_ns(r, r->sampler_info.frequency_hz);
-	if (fill < max)
-		max = fill;
-#endif
-	return max > poll ? max : poll;
+	r->collectors = calloc(rp_ncollectors, sizeof(*r->collectors));
+	if (!r->collectors)
+		return rp_err_set(err, -ENOMEM, "out of memory");
+	r->env = (struct rp_collector_env){ .cfg = r->cfg, .proc_root = "/proc",
+					    .producer_ring = own_producer_ring, .ctx = r };
+	for (unsigned i = 0; i < rp_ncollectors; i++) {
+		const struct rp_collector *ops = rp_collectors[i];
+		struct collector *c = &r->collectors[r->ncollectors++];
+		struct rp_collector_info *info = &c->info;
+		c->ops = ops;
+		snprintf(info->name, sizeof(info->name), "%s", ops->name);
+		info->value_names = ops->values;
+		const char *off = ops->off ? ops->off(r->cfg) : NULL;
+		if (off) {
+			snprintf(info->state, sizeof(info->state), "off");
+			snprintf(info->reason, sizeof(info->reason), "%s", off);
+			continue;
+		}
+		struct rp_err why = { 0 };
+		struct device *d;
+		int rc = get_device(r, ops->device, RP_MAX_DEVICES, &d, &why);
+		if (rc == 0)
+			rc = ops->start(&r->env, &c->state, &why);
+		if (rc == 0) {
+			snprintf(info->state, sizeof(info->state), "running");
+			c->emit = (struct rp_emit){ .event = emit_event, .sticky = emit_sticky,
+						    .forget = emit_forget, .ctx = d->drain };
+			r->rate_collectors += ops->set_sample_hz != NULL;
+			publish_collector(r, c);
+			continue;
+		}
+		c->state = NULL;
+		snprintf(info->state, sizeof(info->state), "disabled");
+		snprintf(info->reason, sizeof(info->reason), "%s", why.msg);
+		if (ops->required && ops->required(r->cfg))
+			return rp_err_set(err, rc, "%s: %s", ops->title, why.msg);
+		fprintf(stderr, "ringprofd: %s disabled: %s\n", ops->title, why.msg);
+	}
+	return 0;
 }
 
 /* The wait after a round, the last one having been wait_ns (lock held):
  * back to poll_interval after a busy round, else twice as long up to
- * idle_wait_max, but no later than host metrics are due. */
+ * IDLE_WAIT_MAX_NS, but no later than a collector is due. */
 static uint64_t next_wait(const struct rp_rings *r, uint64_t wait_ns, bool busy)
 {
 	uint64_t poll = r->cfg->poll_interval_ns;
 	if (busy)
 		return poll;
-	uint64_t max = idle_wait_max(r);
+	uint64_t max = IDLE_WAIT_FACTOR * poll < IDLE_WAIT_MAX_NS ? IDLE_WAIT_FACTOR * poll
+								 : IDLE_WAIT_MAX_NS;
+	if (max < poll)
+		max = poll;
 	wait_ns = 2 * wait_ns < max ? 2 * wait_ns : max;
-	if (r->hostmetrics && wait_ns > poll) {
-		uint64_t now = rp_clock_now_ns();
-		uint64_t at = rp_hostmetrics_due_ns(r->hostmetrics);
+	uint64_t now = rp_clock_now_ns();
+	for (unsigned i = 0; i < r->ncollectors && wait_ns > poll; i++) {
+		const struct collector *c = &r->collectors[i];
+		if (!c->state || !c->ops->due_ns)
+			continue;
+		uint64_t at = c->ops->due_ns(c->state);
 		uint64_t due = at > now ? at - now : 0;
 		if (due < wait_ns)
 			wait_ns = due > poll ? due : poll;
@@ -607,6 +519,7 @@ static void publish_stats(struct device *d)
 	unsigned ncorrupt = 0;
 	struct rp_drain_stats st;
 	rp_drain_stats(d->drain, &st);
+	st.producers -= d->own_rings;
 	for (size_t from = 0, n; st.corrupt_records && ncorrupt < RP_RING_CORRUPT_SHOWN &&
 	     (n = rp_drain_producers(d->drain, from, batch, 64)) > 0; from += n)
 		for (size_t i = 0; i < n && ncorrupt < RP_RING_CORRUPT_SHOWN; i++)
@@ -632,7 +545,7 @@ static void *ingest_main(void *arg)
 		/* Only requests not served yet: the counters only grow. */
 		uint64_t flush_wanted = r->flush_requested > r->flush_done ? r->flush_requested : 0;
 		uint64_t hz_request = r->hz_requested > r->hz_done ? r->hz_requested : 0;
-		unsigned want_hz = hz_request ? r->sampler_hz_wanted : 0;
+		unsigned want_hz = r->sample_hz_wanted;
 		rp_drain_observer observer = r->observer;
 		void *observer_ctx = r->observer_ctx;
 		bool busy = pending || flush_wanted || hz_request;
@@ -651,8 +564,7 @@ static void *ingest_main(void *arg)
 		for (unsigned i = 0; i < n; i++)
 			rp_drain_set_observer(r->devices[i]->drain, observer, observer_ctx);
 		struct rp_err hz_err = { 0 };
-		poll_sampler(r, want_hz, &hz_err);
-		poll_host_metrics(r);
+		poll_collectors(r, hz_request, want_hz, &hz_err);
 		for (unsigned i = 0; i < n; i++) {
 			struct device *d = r->devices[i];
 			struct rp_err err = { 0 };
@@ -666,10 +578,8 @@ static void *ingest_main(void *arg)
 			if (reap)
 				(void)rp_drain_reap(d->drain, producer_gone, r);
 		}
-		if (reap) {
-			reap_processes(r);
+		if (reap)
 			last_reap = now;
-		}
 		int flush_status = 0;
 		if (flush_wanted)
 			flush_status = flush_all(r, n);
@@ -812,80 +722,15 @@ static int recover_rings(struct rp_rings *r, struct rp_err *err)
 	return rc;
 }
 
-/* The collectors feeding the host ring; the ingest thread is not running. */
-static void close_collectors(struct rp_rings *r)
+/* Everything rp_rings_start set up, the ingest thread not running (never
+ * started, or joined): collectors first (a collector's thread writes to
+ * its producer ring until stopped), then the rings, synced. */
+static void free_rings(struct rp_rings *r)
 {
-#ifdef RINGPROF_HAVE_SAMPLER
-	rp_sampler_close(r->sampler);
-	rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
-	free(r->sample_ctx);
-#endif
-	rp_hostmetrics_free(r->hostmetrics);
-}
-
-int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp_err *err)
-{
-	struct rp_rings *r = calloc(1, sizeof(*r));
-	if (!r)
-		return rp_err_set(err, -ENOMEM, "out of memory");
-	r->cfg = cfg;
-	r->procs = calloc(cfg->producer_max_rings, sizeof(*r->procs));
-	if (!r->procs) {
-		free(r);
-		return rp_err_set(err, -ENOMEM, "out of memory");
-	}
-	pthread_mutex_init(&r->quota_lock, NULL);
-	pthread_mutex_init(&r->devices_lock, NULL);
-	pthread_mutex_init(&r->lock, NULL);
-	rp_cond_init_monotonic(&r->wake);
-	pthread_cond_init(&r->served, NULL);
-	struct device *host;
-	int rc = rp_safefs_open_root(cfg->state_dir, 0750, true, err);
-	if (rc >= 0)
-		rc = close(rc);
-	if (rc == 0)
-		rc = recover_rings(r, err);
-	if (rc == 0)
-		rc = get_device(r, "host", RP_MAX_DEVICES, &host, err);
-	if (rc == 0 && strcmp(r->devices[0]->name, "host") != 0) {
-		/* The sampler feeds device 0: keep the host ring there. */
-		for (unsigned i = 1; i < atomic_load(&r->ndevices); i++)
-			if (r->devices[i] == host) {
-				r->devices[i] = r->devices[0];
-				r->devices[0] = host;
-			}
-	}
-	if (rc == 0)
-		rc = start_sampler(r, err);
-	if (rc == 0)
-		start_host_metrics(r);
-	if (rc == 0 && (rc = -pthread_create(&r->thread, NULL, ingest_main, r)) < 0)
-		rp_err_set(err, rc, "cannot start the ingest thread: %s", strerror(-rc));
-	if (rc < 0) {
-		close_collectors(r);
-		for (unsigned i = 0; i < atomic_load(&r->ndevices); i++) {
-			rp_drain_free(r->devices[i]->drain);
-			rp_ringfile_close(r->devices[i]->rf);
-			free(r->devices[i]);
-		}
-		free(r->procs);
-		free(r);
-		return rc;
-	}
-	*out = r;
-	return 0;
-}
-
-void rp_rings_stop(struct rp_rings *r)
-{
-	if (!r)
-		return;
-	pthread_mutex_lock(&r->lock);
-	r->stop = true;
-	pthread_cond_signal(&r->wake);
-	pthread_mutex_unlock(&r->lock);
-	pthread_join(r->thread, NULL);
-	close_collectors(r);
+	for (unsigned i = 0; i < r->ncollectors; i++)
+		if (r->collectors[i].state)
+			r->collectors[i].ops->stop(r->collectors[i].state);
+	free(r->collectors);
 	for (struct pending *p = r->pending, *next; p; p = next) {
 		next = p->next;
 		rp_shmring_close(p->ring);
@@ -905,6 +750,59 @@ void rp_rings_stop(struct rp_rings *r)
 	free(r);
 }
 
+int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp_err *err)
+{
+	struct rp_rings *r = calloc(1, sizeof(*r));
+	if (!r)
+		return rp_err_set(err, -ENOMEM, "out of memory");
+	r->cfg = cfg;
+	pthread_mutex_init(&r->quota_lock, NULL);
+	pthread_mutex_init(&r->devices_lock, NULL);
+	pthread_mutex_init(&r->lock, NULL);
+	rp_cond_init_monotonic(&r->wake);
+	pthread_cond_init(&r->served, NULL);
+	struct device *host;
+	r->procs = calloc(cfg->producer_max_rings, sizeof(*r->procs));
+	int rc = r->procs ? rp_safefs_open_root(cfg->state_dir, 0750, true, err)
+			  : rp_err_set(err, -ENOMEM, "out of memory");
+	if (rc >= 0)
+		rc = close(rc);
+	if (rc == 0)
+		rc = recover_rings(r, err);
+	if (rc == 0)
+		rc = get_device(r, "host", RP_MAX_DEVICES, &host, err);
+	if (rc == 0 && strcmp(r->devices[0]->name, "host") != 0) {
+		/* Status lists the host ring first. */
+		for (unsigned i = 1; i < atomic_load(&r->ndevices); i++)
+			if (r->devices[i] == host) {
+				r->devices[i] = r->devices[0];
+				r->devices[0] = host;
+			}
+	}
+	if (rc == 0)
+		rc = start_collectors(r, err);
+	if (rc == 0 && (rc = -pthread_create(&r->thread, NULL, ingest_main, r)) < 0)
+		rp_err_set(err, rc, "cannot start the ingest thread: %s", strerror(-rc));
+	if (rc < 0) {
+		free_rings(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+void rp_rings_stop(struct rp_rings *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->stop = true;
+	pthread_cond_signal(&r->wake);
+	pthread_mutex_unlock(&r->lock);
+	pthread_join(r->thread, NULL);
+	free_rings(r);
+}
+
 static void read_comm(uint32_t pid, char *out, size_t len)
 {
 	char path[64];
@@ -918,28 +816,33 @@ static void read_comm(uint32_t pid, char *out, size_t len)
 	fclose(f);
 }
 
-int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *ring,
-		    bool own_tid, const char *thread_name, struct rp_err *err)
+/* accounted: a workload's ring, counted against the [producers] limits;
+ * else one of the daemon's own. */
+static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring *ring,
+		       bool own_tid, const char *thread_name, bool accounted, struct rp_err *err)
 {
 	struct device *d = NULL;
+	unsigned max_devices = accounted ? r->cfg->producer_max_devices : RP_MAX_DEVICES;
 	int rc = check_device_name(r->cfg, device, err);
-	if (rc == 0)
+	if (rc == 0 && accounted)
 		rc = account_ring(r, ring, own_tid, err);
-	if (rc == 0 && (rc = get_device(r, device, r->cfg->producer_max_devices, &d, err)) < 0)
+	if (rc == 0 && (rc = get_device(r, device, max_devices, &d, err)) < 0 && accounted)
 		unaccount_ring(r, ring);
 	struct pending *p = rc == 0 ? calloc(1, sizeof(*p)) : NULL;
 	if (rc == 0 && !p) {
-		unaccount_ring(r, ring);
+		if (accounted)
+			unaccount_ring(r, ring);
 		rc = rp_err_set(err, -ENOMEM, "out of memory");
 	}
 	if (rc < 0) {
 		pthread_mutex_lock(&r->quota_lock);
-		r->refused++;
+		r->refused += accounted;
 		pthread_mutex_unlock(&r->quota_lock);
 		return rc;
 	}
 	p->dev = d;
 	p->ring = ring;
+	p->own = !accounted;
 	snprintf(p->thread_name, sizeof(p->thread_name), "%s", thread_name ? thread_name : "");
 	read_comm(rp_shmring_pid(ring), p->process_name, sizeof(p->process_name));
 	pthread_mutex_lock(&r->lock);
@@ -948,6 +851,12 @@ int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *r
 	pthread_cond_signal(&r->wake);
 	pthread_mutex_unlock(&r->lock);
 	return 0;
+}
+
+int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *ring,
+		    bool own_tid, const char *thread_name, struct rp_err *err)
+{
+	return attach_ring(r, device, ring, own_tid, thread_name, true, err);
 }
 
 void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx)
@@ -979,15 +888,14 @@ int rp_rings_flush(struct rp_rings *r, struct rp_err *err)
 
 int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err)
 {
-#ifdef RINGPROF_HAVE_SAMPLER
-	if (!r->sampler) /* set before the ingest thread started; never changes */
+	if (!r->rate_collectors) /* set before the ingest thread started; never changes */
 		return 0;
 	pthread_mutex_lock(&r->lock);
 	if (r->stop) {
 		pthread_mutex_unlock(&r->lock);
 		return rp_err_set(err, -ESHUTDOWN, "ringprofd is shutting down");
 	}
-	r->sampler_hz_wanted = hz > r->cfg->sampler_hz ? hz : r->cfg->sampler_hz;
+	r->sample_hz_wanted = hz;
 	uint64_t mine = ++r->hz_requested;
 	pthread_cond_signal(&r->wake);
 	while (r->hz_done < mine)
@@ -997,12 +905,6 @@ int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err)
 	if (result.code < 0 && err)
 		*err = result;
 	return result.code < 0 ? result.code : 0;
-#else
-	(void)r;
-	(void)hz;
-	(void)err;
-	return 0;
-#endif
 }
 
 unsigned rp_rings_count(struct rp_rings *r)
@@ -1042,10 +944,10 @@ void rp_rings_producer_stats(struct rp_rings *r, struct rp_producer_stats *st)
 
 int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info)
 {
-	if (i > 0)
+	if (i >= r->ncollectors)
 		return -ENOENT;
 	pthread_mutex_lock(&r->lock);
-	*info = r->sampler_info;
+	*info = r->collectors[i].info;
 	pthread_mutex_unlock(&r->lock);
 	return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "collector.h"
 #include "config.h"
 #include "drain.h"
 #include "err.h"
@@ -42,22 +43,24 @@ struct rp_producer_stats {
 	unsigned quarantined;    /* bad ring files set aside at start */
 };
 
-/* A collector inside the daemon (the eBPF CPU sampler). */
+/* A collector inside the daemon (collectors/registry.c). */
 struct rp_collector_info {
 	char name[32];
 	char state[16];         /* "running", "disabled" (could not start), "off" */
 	char reason[512];       /* why it is not running, and the fix */
 	uint64_t events;        /* handed to the ring */
 	uint64_t lost;          /* lost before reaching the ring */
-	unsigned frequency_hz;
+	/* its own values, named by value_names (NULL-terminated; NULL: none) */
+	const char *const *value_names;
+	uint64_t values[RP_COLLECTOR_MAX_VALUES];
 };
 
 struct rp_rings;
 
 /* Open (recovering) every ring file in cfg->state_dir, create the host
- * ring, start the CPU sampler as configured (a sampler that cannot start
- * is fatal only with [sampler] enabled = true), and start the ingest
- * thread. */
+ * ring, start the collectors of the registry as configured (one that
+ * cannot start is fatal only when it is required, such as the CPU sampler
+ * with [sampler] enabled = true), and start the ingest thread. */
 RP_MUST_CHECK int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out,
 		   struct rp_err *err);
 /* Stop the ingest thread after a last flush, sync and close every ring. */
@@ -84,9 +87,10 @@ RP_MUST_CHECK int rp_rings_flush(struct rp_rings *r, struct rp_err *err);
 
 /* Sample at hz per CPU, or at [sampler] frequency when that is higher
  * (hz 0: at [sampler] frequency), from the ingest thread's next pass on;
- * waits for it.  When the sampler cannot be re-armed at that rate it keeps
- * the one it had and this returns why.  Without a running sampler it
- * does nothing. */
+ * waits for it: the set_sample_hz of every running collector that has
+ * one.  When the sampler cannot be re-armed at that rate it keeps the one
+ * it had and this returns why.  Without a running sampler it does
+ * nothing. */
 RP_MUST_CHECK int rp_rings_set_sampler_hz(struct rp_rings *r, unsigned hz, struct rp_err *err);
 
 unsigned rp_rings_count(struct rp_rings *r);

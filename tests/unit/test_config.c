@@ -292,7 +292,7 @@ static void load_errors(void **state)
 		 "[daemon] host_name: host name 'node/1': '/' is not allowed"},
 		{"[daemon]\nsocket = /x\n[bogus]\n", -EINVAL, 3,
 		 "unknown section [bogus]; known sections: [daemon], [api], [rings], "
-		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [sessions], [alertmanager], "
+		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [sessions], [alertmanager], "
 		 "[rule.NAME]"},
 		{"# comment\nsocket = /x\n", -EINVAL, 2, "key 'socket' is outside any section"},
 		{"[daemon]\nsocket = /x\n\npoll_interval = 2s\n", -ERANGE, 4,
@@ -355,6 +355,10 @@ static void load_errors(void **state)
 		 "[host_metrics] interval: '5ms' is less than the minimum, 10ms"},
 		{"[host_metrics]\ninterval = 2h\n", -ERANGE, 2,
 		 "[host_metrics] interval: '2h' is more than the maximum, 1h"},
+		{"[psi]\nenabled = yes\n", -EINVAL, 2,
+		 "[psi] enabled: 'yes' is not one of true, false"},
+		{"[psi]\ninterval = 1ms\n", -ERANGE, 2,
+		 "[psi] interval: '1ms' is less than the minimum, 10ms"},
 		{"[sessions]\ndefault_run = ../x\n", -EINVAL, 2,
 		 "[sessions] default_run: run name '../x': '/' is not allowed"},
 		{"[sessions]\ndefault_last = -5s\n", -EINVAL, 2,
@@ -560,6 +564,7 @@ static void round_trip(void **state)
 		"range = x y\nfactor = 2.75\n[rule.b]\ntype = counter_above\ncounter = c\n"
 		"threshold = 0.1\nfor = 3s\n[rule.c]\nmax_per_hour = 7\n",
 		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
+		"[psi]\nenabled = false\ninterval = 2.5s\n",
 		"[sampler]\nfrequency = 999\npids = 42, 7,4194304\ncgroup = /sys/fs/cgroup/job\n",
 	};
 	char printed[96];
@@ -578,6 +583,8 @@ static void round_trip(void **state)
 		b.producer_ring_size = 1;
 		b.host_metrics_enabled = !a.host_metrics_enabled;
 		b.host_metrics_interval_ns = 1;
+		b.psi_enabled = !a.psi_enabled;
+		b.psi_interval_ns = 1;
 		strcpy(b.default_run, "zzz");
 		if (rp_config_load(&b, printed, &err))
 			fail_msg("input %zu, printed form: %s", i, err.msg);
