@@ -351,6 +351,8 @@ put(struct rp_shmring *r, uint8_t kind, uint32_t tid, uint64_t ts,
 		if (head - r->cached_tail > r->size - need)
 			return drop(r);
 	}
+	if (ts == RP_SHM_TS_NOW)
+		ts = rp_shmring_now(r);
 	uint8_t *p = r->data + off;
 	if (size > gap) {
 		if (gap >= sizeof(struct rp_rec)) {

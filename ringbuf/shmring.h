@@ -95,7 +95,10 @@ uint64_t rp_shmring_now(const struct rp_shmring *r);
 
 /* Producer: append one record.  Return true when written, false when the
  * ring was full (the record is dropped and counted).  Names longer than
- * RP_NAME_MAX are truncated. */
+ * RP_NAME_MAX are truncated.  ts RP_SHM_TS_NOW stamps the record with
+ * rp_shmring_now() once it is known to fit: a dropped record then costs
+ * no clock read. */
+#define RP_SHM_TS_NOW UINT64_MAX
 bool rp_shm_range_begin(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_range_end(struct rp_shmring *r, uint64_t ts);
 bool rp_shm_instant(struct rp_shmring *r, uint64_t ts, const char *name);
