@@ -1,21 +1,27 @@
 /* Append cost of a producer ring (shmring.h), per event, for one producer
  * thread writing range begin/end pairs (with a ~16-character name) while a
  * consumer thread drains the ring, beside its floor (rdtsc and
- * clock_gettime) and the same pairs as LTTng-UST tracepoints into a
+ * clock_gettime), the same pairs through libringprof's public API as a
+ * user program calls it (bench-append-api, built from ringprof.h and
+ * linked against libringprof.so through pkg-config) without a daemon and
+ * into a live ringprofd, and as LTTng-UST tracepoints into a
  * snapshot-mode session.  Prints figures; it is not a pass/fail test.
  *
  * Each figure is the median of RUNS runs of PAIRS pairs (APPEND_PAIRS
- * for the append without timestamps).  The last line, "result: ...", has
- * a fixed form for scripts. */
+ * for the append without timestamps, API_PAIRS for the public API).  The
+ * last line, "result: ...", has a fixed form for scripts. */
+#include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "daemon.h"
 #include "shmring.h"
 
 #ifdef HAVE_LTTNG_UST
@@ -32,6 +38,14 @@
  * machine) does not make the producer drop. */
 #define RING_BYTES (64u << 20)
 #define NAP_NS 200000           /* consumer poll interval */
+/* Runs of the public API (48 bytes a pair) fit a daemon's producer ring
+ * of API_RING bytes, the size of the internal append's, whole; the program
+ * pauses between runs so that the daemon drains it.  The default ring
+ * (1 MiB) shows a tight loop that outruns the drain: most of its events
+ * are dropped. */
+#define API_PAIRS 200000u
+#define API_RING "64MiB"
+#define API_DEFAULT_RING "1MiB"
 
 /* Names cycle so that nothing about them is a compile-time constant. */
 static const char *const names[8] = {
@@ -245,15 +259,103 @@ static void fmt(char *buf, size_t cap, double v)
 static void print_row(const char *what, double *runs, double med)
 {
 	if (med < 0) {
-		printf("  %-30s %10s\n", what, "n/a");
+		printf("  %-36s %10s\n", what, "n/a");
 		return;
 	}
 	/* runs is sorted by median(). */
-	printf("  %-30s %10.2f %10.2f %10.2f\n", what, med, runs[0], runs[RUNS - 1]);
+	printf("  %-36s %10.2f %10.2f %10.2f\n", what, med, runs[0], runs[RUNS - 1]);
 }
 
-int main(void)
+/* One row of the public API: ns per event of each run and their median
+ * (negative: not measured), whether it reached a daemon, its drops. */
+struct api_row {
+	double runs[RUNS], ns;
+	int connected;
+	unsigned long long dropped;
+};
+
+/* Runs bench-append-api with RINGPROF_SOCKET naming sock: 0, or -1 with
+ * a message. */
+static int run_api(const char *sock, struct api_row *row)
 {
+	char cmd[PATH_MAX + 64], line[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' %d %u", BENCH_APPEND_API, RUNS, API_PAIRS);
+	setenv("RINGPROF_SOCKET", sock, 1);
+	setenv("RINGPROF_QUIET", "1", 1);
+	FILE *p = popen(cmd, "r");
+	row->ns = -1;
+	if (!p) {
+		fprintf(stderr, "bench-append: cannot run %s\n", BENCH_APPEND_API);
+		return -1;
+	}
+	bool got = false;
+	while (fgets(line, sizeof(line), p)) {
+		if (strncmp(line, "api: ", 5) != 0)
+			continue;
+		int used = 0, n = sscanf(line + 5, "%d %llu%n", &row->connected, &row->dropped, &used);
+		const char *at = line + 5 + used;
+		for (int i = 0; n == 2 && i < RUNS; i++, at += used)
+			if (sscanf(at, "%lf%n", &row->runs[i], &used) != 1)
+				n = 0;
+		got = n == 2;
+	}
+	int st = pclose(p);
+	if (!got || st != 0) {
+		fprintf(stderr, "bench-append: %s (RINGPROF_SOCKET=%s) failed (status %d) or "
+			"printed no result\n", BENCH_APPEND_API, sock, st);
+		return -1;
+	}
+	row->ns = median(row->runs, RUNS);
+	return 0;
+}
+
+/* The public API into a ringprofd started with producer rings of
+ * ring_size bytes; the daemon stays on CPU 1, the program on CPU 0. */
+static int run_api_daemon(struct bench_daemon *d, const char *ring_size, struct api_row *row)
+{
+	char conf[128];
+	snprintf(conf, sizeof(conf), "[producers]\nring_size = %s\n", ring_size);
+	row->ns = -1;
+	if (bench_daemon_start(d, conf) < 0)
+		return -1;
+	int rc = run_api(d->sock, row);
+	if (rc == 0 && !row->connected) {
+		fprintf(stderr, "bench-append: the public API did not reach the daemon\n");
+		row->ns = -1;
+		rc = -1;
+	}
+	bench_daemon_stop(d);
+	return rc;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: bench-append [--dir DIR] [--daemon PATH]\n"
+		"\n"
+		"ns per event of a producer ring's append, of libringprof's public API (without\n"
+		"a daemon and into a live ringprofd) and of an LTTng-UST tracepoint.\n"
+		"\n"
+		"  --dir DIR      make the daemon's work directory under DIR, on a real disk,\n"
+		"                 not tmpfs; it is removed at the end (.)\n"
+		"  --daemon PATH  ringprofd to start (%s)\n", RINGPROFD_PATH);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "dir", required_argument, NULL, 'd' }, { "daemon", required_argument, NULL, 'D' },
+		{ "help", no_argument, NULL, 'h' },      { NULL, 0, NULL, 0 },
+	};
+	struct bench_daemon d = { .prog = "bench-append", .path = RINGPROFD_PATH, .cpu = 1 };
+	const char *parent = ".";
+	int c;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1)
+		if (bench_common_option(&d, &parent, c, optarg, usage) < 0)
+			return 2;
+	if (bench_no_arguments(&d, argc, argv, usage) < 0)
+		return 2;
+
 	pin_to_cpu(0);
 	double r_rdtsc[RUNS], r_gettime[RUNS], r_ring[RUNS], r_lttng[RUNS] = { 0 };
 	for (int i = 0; i < RUNS; i++) {
@@ -266,6 +368,18 @@ int main(void)
 	uint64_t drops = 0, append_drops = 0, records = 0;
 	double ring = bench_ringprof(r_ring, r_append, &append, &drops, &append_drops, &records);
 
+	/* The program inherits this thread's CPU 0; the daemon gets CPU 1,
+	 * where the consumer thread was. */
+	struct api_row none = { .ns = -1 }, live = { .ns = -1 }, dflt = { .ns = -1 };
+	if (bench_workdir(&d, parent) == 0) {
+		char sock[PATH_MAX];
+		snprintf(sock, sizeof(sock), "%s/no-daemon.sock", d.dir);
+		(void)run_api(sock, &none);
+		(void)run_api_daemon(&d, API_RING, &live);
+		(void)run_api_daemon(&d, API_DEFAULT_RING, &dflt);
+		bench_daemon_cleanup(&d);
+	}
+
 	char why[1024] = "built without lttng-ust";
 	double lttng = -1;
 	uint64_t snapshot_bytes = 0;
@@ -273,13 +387,16 @@ int main(void)
 	lttng = bench_lttng(r_lttng, why, sizeof(why), &snapshot_bytes);
 #endif
 
-	printf("bench-append: %d runs of %u range begin/end pairs (%u events), 16-char names\n",
-	       RUNS, PAIRS, 2 * PAIRS);
-	printf("  %-30s %10s %10s %10s\n", "ns per event", "median", "min", "max");
+	printf("bench-append: %d runs of %u range begin/end pairs (%u events; public API: %u), "
+	       "16-char names\n", RUNS, PAIRS, 2 * PAIRS, 2 * API_PAIRS);
+	printf("  %-36s %10s %10s %10s\n", "ns per event", "median", "min", "max");
 	print_row("rdtsc (floor)", r_rdtsc, rdtsc);
 	print_row("clock_gettime (floor)", r_gettime, gettime);
 	print_row("ringprof append, no timestamp", r_append, append);
 	print_row("ringprof append + timestamp", r_ring, ring);
+	print_row("public API, no daemon", none.runs, none.ns);
+	print_row("public API, daemon, " API_RING " ring", live.runs, live.ns);
+	print_row("public API, daemon, " API_DEFAULT_RING " ring", dflt.runs, dflt.ns);
 	print_row("lttng-ust tracepoint", r_lttng, lttng);
 	if (ring >= 0)
 		printf("ringprof: %llu records drained by the consumer thread; dropped: %llu "
@@ -288,6 +405,13 @@ int main(void)
 		       (unsigned long long)append_drops,
 		       drops || append_drops ? " (the ring filled: figures include refused writes)"
 					     : "");
+	/* The warm-up run writes too. */
+	double api_events = 2.0 * API_PAIRS * (RUNS + 1);
+	printf("public API: %s, linked against libringprof.so through pkg-config (the build "
+	       "tree's meson-uninstalled/ringprof-uninstalled.pc); dropped %llu of %.0f events "
+	       "with the " API_RING " ring, %llu (%.0f%%) with the " API_DEFAULT_RING " one, "
+	       "which the loop outruns\n", BENCH_APPEND_API, live.dropped, api_events,
+	       dflt.dropped, 100.0 * (double)dflt.dropped / api_events);
 	if (lttng >= 0)
 		printf("lttng: snapshot session rpbench recorded %llu bytes of trace\n",
 		       (unsigned long long)snapshot_bytes);
@@ -295,15 +419,25 @@ int main(void)
 		printf("lttng: n/a: %s\n", why);
 
 	char s_ring[32], s_lttng[32], s_speed[32], s_rdtsc[32], s_gettime[32];
+	char s_api[32], s_none[32], s_dflt[32], s_api_ratio[32], s_api_speed[32];
 	fmt(s_ring, sizeof(s_ring), ring);
 	fmt(s_lttng, sizeof(s_lttng), lttng);
 	fmt(s_speed, sizeof(s_speed), ring > 0 && lttng >= 0 ? lttng / ring : -1);
 	fmt(s_rdtsc, sizeof(s_rdtsc), rdtsc);
 	fmt(s_gettime, sizeof(s_gettime), gettime);
+	fmt(s_api, sizeof(s_api), live.ns);
+	fmt(s_none, sizeof(s_none), none.ns);
+	fmt(s_dflt, sizeof(s_dflt), dflt.ns);
+	fmt(s_api_ratio, sizeof(s_api_ratio), ring > 0 && live.ns >= 0 ? live.ns / ring : -1);
+	fmt(s_api_speed, sizeof(s_api_speed), live.ns > 0 && lttng >= 0 ? lttng / live.ns : -1);
 	if (ring > 0 && lttng >= 0)
 		printf("lttng/ringprof: %sx\n", s_speed);
+	printf("public API (daemon, " API_RING " ring)/internal append: %s; lttng/public API: %sx\n",
+	       s_api_ratio, s_api_speed);
 	printf("result: ringprof_ns_per_event=%s lttng_ns_per_event=%s speedup_vs_lttng=%s "
-	       "rdtsc_ns=%s clock_gettime_ns=%s\n",
-	       s_ring, s_lttng, s_speed, s_rdtsc, s_gettime);
-	return ring < 0;
+	       "rdtsc_ns=%s clock_gettime_ns=%s api_ns_per_event=%s api_no_daemon_ns=%s "
+	       "api_default_ring_ns=%s api_vs_internal=%s lttng_vs_api=%s\n",
+	       s_ring, s_lttng, s_speed, s_rdtsc, s_gettime, s_api, s_none, s_dflt, s_api_ratio,
+	       s_api_speed);
+	return ring < 0 || live.ns < 0;
 }
