@@ -299,9 +299,23 @@ size_t rp_shmring_capacity(const struct rp_shmring *r)
 	return r->size;
 }
 
+/* The fallback clock, out of put()'s way: a call there would make every
+ * append save registers. */
+__attribute__((noinline, cold)) static uint64_t stamp_monotonic(void)
+{
+	return rp_clock_now_ns();
+}
+
+/* Inlined into put(): rp_shmring_now, being exported from PIC code, is
+ * not (it could be interposed). */
+static inline uint64_t stamp(const struct rp_shmring *r)
+{
+	return __builtin_expect(r->clock == RP_SHM_CLOCK_TSC, 1) ? rp_rdtsc() : stamp_monotonic();
+}
+
 uint64_t rp_shmring_now(const struct rp_shmring *r)
 {
-	return r->clock == RP_SHM_CLOCK_TSC ? rp_rdtsc() : rp_clock_now_ns();
+	return stamp(r);
 }
 
 uint64_t rp_shmring_dropped(const struct rp_shmring *r)
@@ -351,8 +365,8 @@ put(struct rp_shmring *r, uint8_t kind, uint32_t tid, uint64_t ts,
 		if (head - r->cached_tail > r->size - need)
 			return drop(r);
 	}
-	if (ts == RP_SHM_TS_NOW)
-		ts = rp_shmring_now(r);
+	if (__builtin_expect(ts == RP_SHM_TS_NOW, 1))
+		ts = stamp(r);
 	uint8_t *p = r->data + off;
 	if (size > gap) {
 		if (gap >= sizeof(struct rp_rec)) {
