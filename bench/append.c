@@ -8,8 +8,9 @@
  * snapshot-mode session.  Prints figures; it is not a pass/fail test.
  *
  * Each figure is the median of RUNS runs of PAIRS pairs (APPEND_PAIRS
- * for the append without timestamps, API_PAIRS for the public API).  The
- * last line, "result: ...", has a fixed form for scripts. */
+ * for the append without timestamps; the public API's rows: API_RUNS
+ * runs of their own sizes).  The last line, "result: ...", has a fixed
+ * form for scripts. */
 #include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
@@ -38,14 +39,15 @@
  * machine) does not make the producer drop. */
 #define RING_BYTES (64u << 20)
 #define NAP_NS 200000           /* consumer poll interval */
-/* Runs of the public API (48 bytes a pair) fit a daemon's producer ring
- * of API_RING bytes, the size of the internal append's, whole; the program
- * pauses between runs so that the daemon drains it.  The default ring
- * (1 MiB) shows a tight loop that outruns the drain: most of its events
- * are dropped. */
-#define API_PAIRS 200000u
-#define API_RING "64MiB"
-#define API_DEFAULT_RING "1MiB"
+/* The public API runs into a daemon with the default configuration
+ * (1 MiB producer rings, drained every 10 ms).  Bursts of BURST_PAIRS
+ * (48 bytes a pair: 480 KB) fit the ring and are drained in the pause
+ * after each; a tight loop of LOOP_PAIRS outruns the drain, and most of
+ * its events are dropped. */
+#define API_RUNS 21
+#define BURST_PAIRS 10000u
+#define BURST_PAUSE_MS 100
+#define LOOP_PAIRS 100000u
 
 /* Names cycle so that nothing about them is a compile-time constant. */
 static const char *const names[8] = {
@@ -256,20 +258,21 @@ static void fmt(char *buf, size_t cap, double v)
 		snprintf(buf, cap, "%.2f", v);
 }
 
-static void print_row(const char *what, double *runs, double med)
+static void print_row(const char *what, double *runs, int n, double med)
 {
 	if (med < 0) {
 		printf("  %-36s %10s\n", what, "n/a");
 		return;
 	}
 	/* runs is sorted by median(). */
-	printf("  %-36s %10.2f %10.2f %10.2f\n", what, med, runs[0], runs[RUNS - 1]);
+	printf("  %-36s %10.2f %10.2f %10.2f\n", what, med, runs[0], runs[n - 1]);
 }
 
 /* One row of the public API: ns per event of each run and their median
  * (negative: not measured), whether it reached a daemon, its drops. */
 struct api_row {
-	double runs[RUNS], ns;
+	unsigned pairs, pause_ms;
+	double runs[API_RUNS], ns;
 	int connected;
 	unsigned long long dropped;
 };
@@ -279,9 +282,9 @@ struct api_row {
 static int run_api(const char *sock, struct api_row *row)
 {
 	char cmd[PATH_MAX + 64], line[1024];
-	snprintf(cmd, sizeof(cmd), "'%s' %d %u", BENCH_APPEND_API, RUNS, API_PAIRS);
+	snprintf(cmd, sizeof(cmd), "'%s' %d %u %u", BENCH_APPEND_API, API_RUNS, row->pairs,
+		 row->pause_ms);
 	setenv("RINGPROF_SOCKET", sock, 1);
-	setenv("RINGPROF_QUIET", "1", 1);
 	FILE *p = popen(cmd, "r");
 	row->ns = -1;
 	if (!p) {
@@ -294,7 +297,7 @@ static int run_api(const char *sock, struct api_row *row)
 			continue;
 		int used = 0, n = sscanf(line + 5, "%d %llu%n", &row->connected, &row->dropped, &used);
 		const char *at = line + 5 + used;
-		for (int i = 0; n == 2 && i < RUNS; i++, at += used)
+		for (int i = 0; n == 2 && i < API_RUNS; i++, at += used)
 			if (sscanf(at, "%lf%n", &row->runs[i], &used) != 1)
 				n = 0;
 		got = n == 2;
@@ -305,27 +308,14 @@ static int run_api(const char *sock, struct api_row *row)
 			"printed no result\n", BENCH_APPEND_API, sock, st);
 		return -1;
 	}
-	row->ns = median(row->runs, RUNS);
+	row->ns = median(row->runs, API_RUNS);
 	return 0;
 }
 
-/* The public API into a ringprofd started with producer rings of
- * ring_size bytes; the daemon stays on CPU 1, the program on CPU 0. */
-static int run_api_daemon(struct bench_daemon *d, const char *ring_size, struct api_row *row)
+/* Events one row wrote, its warm-up run included. */
+static double api_events(const struct api_row *row)
 {
-	char conf[128];
-	snprintf(conf, sizeof(conf), "[producers]\nring_size = %s\n", ring_size);
-	row->ns = -1;
-	if (bench_daemon_start(d, conf) < 0)
-		return -1;
-	int rc = run_api(d->sock, row);
-	if (rc == 0 && !row->connected) {
-		fprintf(stderr, "bench-append: the public API did not reach the daemon\n");
-		row->ns = -1;
-		rc = -1;
-	}
-	bench_daemon_stop(d);
-	return rc;
+	return 2.0 * row->pairs * (API_RUNS + 1);
 }
 
 static void usage(FILE *out)
@@ -370,13 +360,18 @@ int main(int argc, char **argv)
 
 	/* The program inherits this thread's CPU 0; the daemon gets CPU 1,
 	 * where the consumer thread was. */
-	struct api_row none = { .ns = -1 }, live = { .ns = -1 }, dflt = { .ns = -1 };
+	struct api_row none = { BURST_PAIRS, BURST_PAUSE_MS, .ns = -1 };
+	struct api_row burst = { BURST_PAIRS, BURST_PAUSE_MS, .ns = -1 };
+	struct api_row loop = { LOOP_PAIRS, 0, .ns = -1 };
 	if (bench_workdir(&d, parent) == 0) {
 		char sock[PATH_MAX];
 		snprintf(sock, sizeof(sock), "%s/no-daemon.sock", d.dir);
 		(void)run_api(sock, &none);
-		(void)run_api_daemon(&d, API_RING, &live);
-		(void)run_api_daemon(&d, API_DEFAULT_RING, &dflt);
+		if (bench_daemon_start(&d, "") == 0 && run_api(d.sock, &burst) == 0 &&
+		    run_api(d.sock, &loop) == 0 && !(burst.connected && loop.connected)) {
+			fprintf(stderr, "bench-append: the public API did not reach the daemon\n");
+			burst.ns = loop.ns = -1;
+		}
 		bench_daemon_cleanup(&d);
 	}
 
@@ -387,17 +382,17 @@ int main(int argc, char **argv)
 	lttng = bench_lttng(r_lttng, why, sizeof(why), &snapshot_bytes);
 #endif
 
-	printf("bench-append: %d runs of %u range begin/end pairs (%u events; public API: %u), "
-	       "16-char names\n", RUNS, PAIRS, 2 * PAIRS, 2 * API_PAIRS);
+	printf("bench-append: %d runs of %u range begin/end pairs (%u events), 16-char names\n",
+	       RUNS, PAIRS, 2 * PAIRS);
 	printf("  %-36s %10s %10s %10s\n", "ns per event", "median", "min", "max");
-	print_row("rdtsc (floor)", r_rdtsc, rdtsc);
-	print_row("clock_gettime (floor)", r_gettime, gettime);
-	print_row("ringprof append, no timestamp", r_append, append);
-	print_row("ringprof append + timestamp", r_ring, ring);
-	print_row("public API, no daemon", none.runs, none.ns);
-	print_row("public API, daemon, " API_RING " ring", live.runs, live.ns);
-	print_row("public API, daemon, " API_DEFAULT_RING " ring", dflt.runs, dflt.ns);
-	print_row("lttng-ust tracepoint", r_lttng, lttng);
+	print_row("rdtsc (floor)", r_rdtsc, RUNS, rdtsc);
+	print_row("clock_gettime (floor)", r_gettime, RUNS, gettime);
+	print_row("ringprof append, no timestamp", r_append, RUNS, append);
+	print_row("ringprof append + timestamp", r_ring, RUNS, ring);
+	print_row("public API, no daemon", none.runs, API_RUNS, none.ns);
+	print_row("public API, daemon, bursts", burst.runs, API_RUNS, burst.ns);
+	print_row("public API, daemon, tight loop", loop.runs, API_RUNS, loop.ns);
+	print_row("lttng-ust tracepoint", r_lttng, RUNS, lttng);
 	if (ring >= 0)
 		printf("ringprof: %llu records drained by the consumer thread; dropped: %llu "
 		       "with timestamps, %llu without%s\n",
@@ -405,13 +400,13 @@ int main(int argc, char **argv)
 		       (unsigned long long)append_drops,
 		       drops || append_drops ? " (the ring filled: figures include refused writes)"
 					     : "");
-	/* The warm-up run writes too. */
-	double api_events = 2.0 * API_PAIRS * (RUNS + 1);
 	printf("public API: %s, linked against libringprof.so through pkg-config (the build "
-	       "tree's meson-uninstalled/ringprof-uninstalled.pc); dropped %llu of %.0f events "
-	       "with the " API_RING " ring, %llu (%.0f%%) with the " API_DEFAULT_RING " one, "
-	       "which the loop outruns\n", BENCH_APPEND_API, live.dropped, api_events,
-	       dflt.dropped, 100.0 * (double)dflt.dropped / api_events);
+	       "tree's meson-uninstalled/ringprof-uninstalled.pc); %d runs of %u pairs %d ms "
+	       "apart (bursts; dropped %llu of %.0f events) and of %u pairs back to back (tight "
+	       "loop; dropped %llu, %.0f%%), into a ringprofd with 1 MiB producer rings\n",
+	       BENCH_APPEND_API, API_RUNS, BURST_PAIRS, BURST_PAUSE_MS, burst.dropped,
+	       api_events(&burst), LOOP_PAIRS, loop.dropped,
+	       100.0 * (double)loop.dropped / api_events(&loop));
 	if (lttng >= 0)
 		printf("lttng: snapshot session rpbench recorded %llu bytes of trace\n",
 		       (unsigned long long)snapshot_bytes);
@@ -419,25 +414,25 @@ int main(int argc, char **argv)
 		printf("lttng: n/a: %s\n", why);
 
 	char s_ring[32], s_lttng[32], s_speed[32], s_rdtsc[32], s_gettime[32];
-	char s_api[32], s_none[32], s_dflt[32], s_api_ratio[32], s_api_speed[32];
+	char s_api[32], s_none[32], s_loop[32], s_api_ratio[32], s_api_speed[32];
 	fmt(s_ring, sizeof(s_ring), ring);
 	fmt(s_lttng, sizeof(s_lttng), lttng);
 	fmt(s_speed, sizeof(s_speed), ring > 0 && lttng >= 0 ? lttng / ring : -1);
 	fmt(s_rdtsc, sizeof(s_rdtsc), rdtsc);
 	fmt(s_gettime, sizeof(s_gettime), gettime);
-	fmt(s_api, sizeof(s_api), live.ns);
+	fmt(s_api, sizeof(s_api), burst.ns);
 	fmt(s_none, sizeof(s_none), none.ns);
-	fmt(s_dflt, sizeof(s_dflt), dflt.ns);
-	fmt(s_api_ratio, sizeof(s_api_ratio), ring > 0 && live.ns >= 0 ? live.ns / ring : -1);
-	fmt(s_api_speed, sizeof(s_api_speed), live.ns > 0 && lttng >= 0 ? lttng / live.ns : -1);
+	fmt(s_loop, sizeof(s_loop), loop.ns);
+	fmt(s_api_ratio, sizeof(s_api_ratio), ring > 0 && burst.ns >= 0 ? burst.ns / ring : -1);
+	fmt(s_api_speed, sizeof(s_api_speed), burst.ns > 0 && lttng >= 0 ? lttng / burst.ns : -1);
 	if (ring > 0 && lttng >= 0)
 		printf("lttng/ringprof: %sx\n", s_speed);
-	printf("public API (daemon, " API_RING " ring)/internal append: %s; lttng/public API: %sx\n",
+	printf("public API (daemon, bursts)/internal append: %s; lttng/public API: %sx\n",
 	       s_api_ratio, s_api_speed);
 	printf("result: ringprof_ns_per_event=%s lttng_ns_per_event=%s speedup_vs_lttng=%s "
 	       "rdtsc_ns=%s clock_gettime_ns=%s api_ns_per_event=%s api_no_daemon_ns=%s "
-	       "api_default_ring_ns=%s api_vs_internal=%s lttng_vs_api=%s\n",
-	       s_ring, s_lttng, s_speed, s_rdtsc, s_gettime, s_api, s_none, s_dflt, s_api_ratio,
+	       "api_tight_loop_ns=%s api_vs_internal=%s lttng_vs_api=%s\n",
+	       s_ring, s_lttng, s_speed, s_rdtsc, s_gettime, s_api, s_none, s_loop, s_api_ratio,
 	       s_api_speed);
-	return ring < 0 || live.ns < 0;
+	return ring < 0 || burst.ns < 0;
 }

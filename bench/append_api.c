@@ -4,10 +4,10 @@
  * PLT into the shared library.  bench-append runs it with and without a
  * daemon (RINGPROF_SOCKET) and reads its last line.
  *
- * Usage: bench-append-api RUNS PAIRS.  Times RUNS runs (after one
- * warm-up, which also connects) of PAIRS ringprof_range_begin/end pairs
- * with the same 16-character names as bench-append, pausing PAUSE_MS
- * between runs so that a daemon drains the ring before the next run.
+ * Usage: bench-append-api RUNS PAIRS PAUSE_MS.  Times RUNS runs (after
+ * one warm-up, which also connects) of PAIRS ringprof_range_begin/end
+ * pairs with the same 16-character names as bench-append, pausing
+ * PAUSE_MS between runs so that a daemon can drain the ring.
  * Prints "api: CONNECTED DROPPED NS..." (ns per event of each run). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -17,7 +17,6 @@
 
 #include <ringprof/ringprof.h>
 
-#define PAUSE_MS 150
 #define RUNS_MAX 64
 
 static const char *const names[8] = {
@@ -44,13 +43,15 @@ static double run(unsigned pairs)
 
 int main(int argc, char **argv)
 {
-	int runs = argc > 2 ? atoi(argv[1]) : 0;
-	long pairs = argc > 2 ? atol(argv[2]) : 0;
-	if (runs < 1 || runs > RUNS_MAX || pairs < 1 || pairs > 100000000) {
-		fprintf(stderr, "usage: bench-append-api RUNS(1-%d) PAIRS\n", RUNS_MAX);
+	int runs = argc > 3 ? atoi(argv[1]) : 0;
+	long pairs = argc > 3 ? atol(argv[2]) : 0, pause_ms = argc > 3 ? atol(argv[3]) : -1;
+	if (runs < 1 || runs > RUNS_MAX || pairs < 1 || pairs > 100000000 || pause_ms < 0 ||
+	    pause_ms > 10000) {
+		fprintf(stderr, "usage: bench-append-api RUNS(1-%d) PAIRS PAUSE_MS(0-10000)\n",
+			RUNS_MAX);
 		return 2;
 	}
-	const struct timespec pause = { 0, PAUSE_MS * 1000000L };
+	const struct timespec pause = { pause_ms / 1000, pause_ms % 1000 * 1000000L };
 	double ns[RUNS_MAX];
 	for (int i = -1; i < runs; i++) {
 		double v = run((unsigned)pairs);
