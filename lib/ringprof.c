@@ -237,7 +237,7 @@ void ringprof_range_begin(const char *name)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_range_begin(r, RP_SHM_TS_NOW, name));
+		written(t, rp_shm_range_begin_now(r, name));
 }
 
 void ringprof_range_end(void)
@@ -245,7 +245,7 @@ void ringprof_range_end(void)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_range_end(r, RP_SHM_TS_NOW));
+		written(t, rp_shm_range_end_now(r));
 }
 
 void ringprof_instant(const char *name)
@@ -253,7 +253,7 @@ void ringprof_instant(const char *name)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_instant(r, RP_SHM_TS_NOW, name));
+		written(t, rp_shm_instant_now(r, name));
 }
 
 void ringprof_counter(const char *name, double value)
@@ -261,7 +261,7 @@ void ringprof_counter(const char *name, double value)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_counter(r, RP_SHM_TS_NOW, name, value));
+		written(t, rp_shm_counter_now(r, name, value));
 }
 
 /* Kept for the hellos of later connections; a connected ring gets a

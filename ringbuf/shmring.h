@@ -95,14 +95,17 @@ uint64_t rp_shmring_now(const struct rp_shmring *r);
 
 /* Producer: append one record.  Return true when written, false when the
  * ring was full (the record is dropped and counted).  Names longer than
- * RP_NAME_MAX are truncated.  ts RP_SHM_TS_NOW stamps the record with
- * rp_shmring_now() once it is known to fit: a dropped record then costs
- * no clock read. */
-#define RP_SHM_TS_NOW UINT64_MAX
+ * RP_NAME_MAX are truncated. */
 bool rp_shm_range_begin(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_range_end(struct rp_shmring *r, uint64_t ts);
 bool rp_shm_instant(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_counter(struct rp_shmring *r, uint64_t ts, const char *name, double value);
+/* The same stamped with rp_shmring_now(), read only once the record is
+ * known to fit: a dropped record costs no clock read (libringprof). */
+bool rp_shm_range_begin_now(struct rp_shmring *r, const char *name);
+bool rp_shm_range_end_now(struct rp_shmring *r);
+bool rp_shm_instant_now(struct rp_shmring *r, const char *name);
+bool rp_shm_counter_now(struct rp_shmring *r, const char *name, double value);
 bool rp_shm_thread_name(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name);
 /* General form for the other kinds (GPU activity, API calls, CPU samples

@@ -397,21 +397,21 @@ static void test_drops(void **state)
 	rp_shmring_close(r);
 }
 
-/* RP_SHM_TS_NOW stamps a record that fits with the ring's clock, in
+/* The _now writers stamp a record that fits with the ring's clock, in
  * either clock, and a dropped one is counted like any other. */
-static void test_ts_now(void **state)
+static void test_now_writers(void **state)
 {
 	(void)state;
 	const enum rp_shm_clock clocks[] = { RP_SHM_CLOCK_MONOTONIC, RP_SHM_CLOCK_TSC };
 	for (size_t c = 0; c < sizeof(clocks) / sizeof(clocks[0]); c++) {
 		struct rp_shmring *r = ring_new(4096, clocks[c]);
 		uint64_t before = rp_shmring_now(r);
-		assert_true(rp_shm_range_begin(r, RP_SHM_TS_NOW, "step"));
-		assert_true(rp_shm_instant(r, RP_SHM_TS_NOW, "mark"));
-		assert_true(rp_shm_counter(r, RP_SHM_TS_NOW, "loss", 0.5));
-		assert_true(rp_shm_range_end(r, RP_SHM_TS_NOW));
+		assert_true(rp_shm_range_begin_now(r, "step"));
+		assert_true(rp_shm_instant_now(r, "mark"));
+		assert_true(rp_shm_counter_now(r, "loss", 0.5));
+		assert_true(rp_shm_range_end_now(r));
 		uint64_t after = rp_shmring_now(r);
-		while (rp_shm_range_end(r, RP_SHM_TS_NOW))
+		while (rp_shm_range_end_now(r))
 			;
 		assert_int_equal(rp_shmring_dropped(r), 1);
 
@@ -827,7 +827,7 @@ int main(void)
 		cmocka_unit_test(test_roundtrip_all_kinds),
 		cmocka_unit_test(test_wraparound),
 		cmocka_unit_test(test_drops),
-		cmocka_unit_test(test_ts_now),
+		cmocka_unit_test(test_now_writers),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_two_processes),
 		cmocka_unit_test(test_producer_killed),
