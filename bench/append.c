@@ -469,7 +469,8 @@ int main(int argc, char **argv)
 		printf("lttng: n/a: %s\n", why);
 
 	char s_ring[32], s_lttng[32], s_speed[32], s_rdtsc[32], s_gettime[32];
-	char s_api[32], s_bursts[32], s_none[32], s_loop[32], s_api_ratio[32], s_api_speed[32];
+	char s_api[32], s_bursts[32], s_none[32], s_loop[32], s_lttng_bursts[32];
+	char s_api_ratio[32], s_api_speed[32];
 	fmt(s_ring, sizeof(s_ring), ring);
 	fmt(s_lttng, sizeof(s_lttng), lttng);
 	fmt(s_speed, sizeof(s_speed), ring > 0 && lttng >= 0 ? lttng / ring : -1);
@@ -477,6 +478,7 @@ int main(int argc, char **argv)
 	fmt(s_gettime, sizeof(s_gettime), gettime);
 	fmt(s_api, sizeof(s_api), burst.ns);
 	fmt(s_bursts, sizeof(s_bursts), bursts);
+	fmt(s_lttng_bursts, sizeof(s_lttng_bursts), lttng_bursts);
 	fmt(s_none, sizeof(s_none), none.ns);
 	fmt(s_loop, sizeof(s_loop), loop.ns);
 	fmt(s_api_ratio, sizeof(s_api_ratio), bursts > 0 && burst.ns >= 0 ? burst.ns / bursts : -1);
@@ -488,8 +490,9 @@ int main(int argc, char **argv)
 	       s_api_ratio, s_api_speed);
 	printf("result: ringprof_ns_per_event=%s lttng_ns_per_event=%s speedup_vs_lttng=%s "
 	       "rdtsc_ns=%s clock_gettime_ns=%s bursts_ns_per_event=%s api_ns_per_event=%s "
-	       "api_no_daemon_ns=%s api_tight_loop_ns=%s api_vs_internal=%s lttng_vs_api=%s\n",
+	       "api_no_daemon_ns=%s api_tight_loop_ns=%s lttng_bursts_ns=%s api_vs_internal=%s "
+	       "lttng_vs_api=%s\n",
 	       s_ring, s_lttng, s_speed, s_rdtsc, s_gettime, s_bursts, s_api, s_none, s_loop,
-	       s_api_ratio, s_api_speed);
+	       s_lttng_bursts, s_api_ratio, s_api_speed);
 	return ring < 0 || burst.ns < 0;
 }
