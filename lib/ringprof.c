@@ -7,8 +7,9 @@
  *
  * A dead daemon stops draining, and nothing else tells the producer: the
  * thread checks the consumer heartbeat in the ring header every
- * CHECK_EVERY events and whenever the ring is full, and a beat older than
- * STALE_NS drops the ring, so the thread reconnects to the next daemon.
+ * CHECK_EVERY events (within FULL_CHECK_EVERY once the ring is full), and
+ * a beat older than STALE_NS drops the ring, so the thread reconnects to
+ * the next daemon.
  *
  * Built with RINGPROF_NO_SESSIONS (the Python extension, python/setup.py)
  * it is the annotations alone: no session calls, so no jansson and no
@@ -40,6 +41,7 @@
 #include "shmring.h"
 
 #define CHECK_EVERY 4096u
+#define FULL_CHECK_EVERY 64u
 #define STALE_NS (2 * 1000000000ull)
 #define RETRY_NS 1000000000ull
 /* A daemon that times out the hello is hung: back off up to this, so a
@@ -220,11 +222,14 @@ static inline struct rp_shmring *ring_for_event(struct thread_state *t)
 	return t->ring;
 }
 
-/* A full ring is either a burst or a daemon that stopped draining. */
+/* A full ring is either a burst or a daemon that stopped draining: the
+ * heartbeat check comes within FULL_CHECK_EVERY events, not at once.  A
+ * burst drops every event until the next drain, and a clock read per
+ * drop would triple its cost (bench/append). */
 static inline void written(struct thread_state *t, bool ok)
 {
-	if (__builtin_expect(!ok, 0))
-		check_beat(t);
+	if (__builtin_expect(!ok, 0) && t->until_check > FULL_CHECK_EVERY)
+		t->until_check = FULL_CHECK_EVERY;
 }
 
 void ringprof_range_begin(const char *name)
@@ -232,7 +237,7 @@ void ringprof_range_begin(const char *name)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_range_begin(r, rp_shmring_now(r), name));
+		written(t, rp_shm_range_begin_now(r, name));
 }
 
 void ringprof_range_end(void)
@@ -240,7 +245,7 @@ void ringprof_range_end(void)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_range_end(r, rp_shmring_now(r)));
+		written(t, rp_shm_range_end_now(r));
 }
 
 void ringprof_instant(const char *name)
@@ -248,7 +253,7 @@ void ringprof_instant(const char *name)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_instant(r, rp_shmring_now(r), name));
+		written(t, rp_shm_instant_now(r, name));
 }
 
 void ringprof_counter(const char *name, double value)
@@ -256,7 +261,7 @@ void ringprof_counter(const char *name, double value)
 	struct thread_state *t = &self;
 	struct rp_shmring *r = ring_for_event(t);
 	if (r)
-		written(t, rp_shm_counter(r, rp_shmring_now(r), name, value));
+		written(t, rp_shm_counter_now(r, name, value));
 }
 
 /* Kept for the hellos of later connections; a connected ring gets a

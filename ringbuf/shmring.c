@@ -299,9 +299,23 @@ size_t rp_shmring_capacity(const struct rp_shmring *r)
 	return r->size;
 }
 
+/* The fallback clock, out of put()'s way: a call there would make every
+ * append save registers. */
+__attribute__((noinline, cold)) static uint64_t stamp_monotonic(void)
+{
+	return rp_clock_now_ns();
+}
+
+/* Inlined into put(): rp_shmring_now, being exported from PIC code, is
+ * not (it could be interposed). */
+static inline uint64_t stamp(const struct rp_shmring *r)
+{
+	return __builtin_expect(r->clock == RP_SHM_CLOCK_TSC, 1) ? rp_rdtsc() : stamp_monotonic();
+}
+
 uint64_t rp_shmring_now(const struct rp_shmring *r)
 {
-	return r->clock == RP_SHM_CLOCK_TSC ? rp_rdtsc() : rp_clock_now_ns();
+	return stamp(r);
 }
 
 uint64_t rp_shmring_dropped(const struct rp_shmring *r)
@@ -330,10 +344,11 @@ __attribute__((noinline, cold)) static bool drop(struct rp_shmring *r)
 	return false;
 }
 
-/* Append one record: header, payload p1 (n1 bytes), p2 (n2), name (nlen).
- * Inlined into each writer so that constant sizes fold away. */
+/* Append one record: header, payload p1 (n1 bytes), p2 (n2), name (nlen),
+ * stamped with ts, or (now) with the clock once it is known to fit.
+ * Inlined into each writer so that constant sizes and now fold away. */
 static inline __attribute__((always_inline)) bool
-put(struct rp_shmring *r, uint8_t kind, uint32_t tid, uint64_t ts,
+put(struct rp_shmring *r, bool now, uint8_t kind, uint32_t tid, uint64_t ts,
     const void *p1, size_t n1, const void *p2, size_t n2,
     const char *name, size_t nlen)
 {
@@ -351,6 +366,8 @@ put(struct rp_shmring *r, uint8_t kind, uint32_t tid, uint64_t ts,
 		if (head - r->cached_tail > r->size - need)
 			return drop(r);
 	}
+	if (now)
+		ts = stamp(r);
 	uint8_t *p = r->data + off;
 	if (size > gap) {
 		if (gap >= sizeof(struct rp_rec)) {
@@ -400,33 +417,54 @@ static size_t name_len(const char *name)
 
 bool rp_shm_range_begin(struct rp_shmring *r, uint64_t ts, const char *name)
 {
-	return put(r, RP_EV_RANGE_BEGIN, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
+	return put(r, false, RP_EV_RANGE_BEGIN, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
 }
 
 bool rp_shm_range_end(struct rp_shmring *r, uint64_t ts)
 {
-	return put(r, RP_EV_RANGE_END, 0, ts, NULL, 0, NULL, 0, NULL, 0);
+	return put(r, false, RP_EV_RANGE_END, 0, ts, NULL, 0, NULL, 0, NULL, 0);
 }
 
 bool rp_shm_instant(struct rp_shmring *r, uint64_t ts, const char *name)
 {
-	return put(r, RP_EV_INSTANT, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
+	return put(r, false, RP_EV_INSTANT, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
 }
 
 bool rp_shm_counter(struct rp_shmring *r, uint64_t ts, const char *name, double value)
 {
 	struct rp_rec_counter c = { value };
-	return put(r, RP_EV_COUNTER, 0, ts, &c, sizeof(c), NULL, 0, name, name_len(name));
+	return put(r, false, RP_EV_COUNTER, 0, ts, &c, sizeof(c), NULL, 0, name, name_len(name));
+}
+
+bool rp_shm_range_begin_now(struct rp_shmring *r, const char *name)
+{
+	return put(r, true, RP_EV_RANGE_BEGIN, 0, 0, NULL, 0, NULL, 0, name, name_len(name));
+}
+
+bool rp_shm_range_end_now(struct rp_shmring *r)
+{
+	return put(r, true, RP_EV_RANGE_END, 0, 0, NULL, 0, NULL, 0, NULL, 0);
+}
+
+bool rp_shm_instant_now(struct rp_shmring *r, const char *name)
+{
+	return put(r, true, RP_EV_INSTANT, 0, 0, NULL, 0, NULL, 0, name, name_len(name));
+}
+
+bool rp_shm_counter_now(struct rp_shmring *r, const char *name, double value)
+{
+	struct rp_rec_counter c = { value };
+	return put(r, true, RP_EV_COUNTER, 0, 0, &c, sizeof(c), NULL, 0, name, name_len(name));
 }
 
 bool rp_shm_thread_name(struct rp_shmring *r, uint64_t ts, const char *name)
 {
-	return put(r, RP_EV_THREAD_NAME, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
+	return put(r, false, RP_EV_THREAD_NAME, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
 }
 
 bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name)
 {
-	return put(r, RP_EV_PROCESS_NAME, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
+	return put(r, false, RP_EV_PROCESS_NAME, 0, ts, NULL, 0, NULL, 0, name, name_len(name));
 }
 
 /* Returns false without counting a drop for a kind producers cannot
@@ -449,12 +487,12 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 			.nframes = n,
 			.nkernel = ev->u.sample.nkernel < n ? ev->u.sample.nkernel : n,
 		};
-		return put(r, (uint8_t)k, ev->tid, ev->ts, &s, sizeof(s),
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &s, sizeof(s),
 			   ev->u.sample.frames, n * sizeof(uint64_t), NULL, 0);
 	}
 	case RP_EV_COUNTER: {
 		struct rp_rec_counter c = { ev->u.counter.value };
-		return put(r, (uint8_t)k, ev->tid, ev->ts, &c, sizeof(c), NULL, 0,
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &c, sizeof(c), NULL, 0,
 			   ev->name, nlen);
 	}
 	case RP_EV_GPU_ACTIVITY: {
@@ -467,20 +505,20 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 			.pid = ev->pid,
 			.kind = ev->u.gpu.kind,
 		};
-		return put(r, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), NULL, 0,
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), NULL, 0,
 			   ev->name, nlen);
 	}
 	case RP_EV_API_CALL: {
 		struct rp_rec_api a = { .duration = ev->u.api.duration,
 					.device = ev->u.api.device };
-		return put(r, (uint8_t)k, ev->tid, ev->ts, &a, sizeof(a), NULL, 0,
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &a, sizeof(a), NULL, 0,
 			   ev->name, nlen);
 	}
 	case RP_EV_DROPS:
-		return put(r, (uint8_t)k, ev->tid, ev->ts, &ev->u.drops.count,
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &ev->u.drops.count,
 			   sizeof(uint64_t), NULL, 0, NULL, 0);
 	default:
-		return put(r, (uint8_t)k, ev->tid, ev->ts, NULL, 0, NULL, 0,
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, NULL, 0, NULL, 0,
 			   ev->name, nlen);
 	}
 }

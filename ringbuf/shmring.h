@@ -100,6 +100,12 @@ bool rp_shm_range_begin(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_range_end(struct rp_shmring *r, uint64_t ts);
 bool rp_shm_instant(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_counter(struct rp_shmring *r, uint64_t ts, const char *name, double value);
+/* The same stamped with rp_shmring_now(), read only once the record is
+ * known to fit: a dropped record costs no clock read (libringprof). */
+bool rp_shm_range_begin_now(struct rp_shmring *r, const char *name);
+bool rp_shm_range_end_now(struct rp_shmring *r);
+bool rp_shm_instant_now(struct rp_shmring *r, const char *name);
+bool rp_shm_counter_now(struct rp_shmring *r, const char *name, double value);
 bool rp_shm_thread_name(struct rp_shmring *r, uint64_t ts, const char *name);
 bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name);
 /* General form for the other kinds (GPU activity, API calls, CPU samples

@@ -3,9 +3,13 @@ events arrive complete and attributed, from threads and forked children,
 and the session calls work and fail with the daemon's words."""
 
 import errno
+import json
 import os
+import subprocess
+import sys
 
 from conftest import events, ranges, run_probe
+from daemon_harness import BUILD
 
 import ringprof
 from ringprof._api import request
@@ -68,3 +72,37 @@ def test_c_session_calls_without_a_daemon(probe):
     out = run_probe(probe, "snapshot", 10**9, env=env)
     assert out["rc"] < 0
     assert "cannot reach ringprofd at /nonexistent/ringprofd.sock" in out["error"]
+
+
+# libringprof.so loaded with dlopen (ctypes), not at start: its
+# thread-local state (TLS descriptors, lib/meson.build) works either way.
+DLOPEN = r"""
+import ctypes, json, os, sys, threading
+lib = ctypes.CDLL(sys.argv[1])
+lib.ringprof_range_begin.argtypes = [ctypes.c_char_p]
+lib.ringprof_dropped.restype = ctypes.c_uint64
+seen = {}
+def work():
+    for _ in range(1000):
+        lib.ringprof_range_begin(b"dlopen.range")
+        lib.ringprof_range_end()
+    seen[threading.get_native_id()] = (lib.ringprof_connected(), lib.ringprof_dropped())
+t = threading.Thread(target=work)
+t.start()
+t.join()
+work()
+print(json.dumps({"pid": os.getpid(), "threads": list(seen.values())}))
+"""
+
+
+def test_c_library_loaded_with_dlopen(ringprofd):
+    lib = os.path.join(BUILD, "lib", "libringprof.so.0")
+    out = subprocess.run([sys.executable, "-c", DLOPEN, lib], capture_output=True, text=True,
+                         timeout=60, check=True)
+    got = json.loads(out.stdout)
+    assert got["threads"] == [[1, 0], [1, 0]]
+    s = ringprof.snapshot(last="5s")
+    evs = events(s, pid=got["pid"])
+    done, unmatched = ranges(evs)
+    assert done["dlopen.range"] == 2000 and unmatched == 0
+    assert len({e["tid"] for e in evs if e.get("name") == "dlopen.range"}) == 2

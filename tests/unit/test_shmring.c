@@ -397,6 +397,37 @@ static void test_drops(void **state)
 	rp_shmring_close(r);
 }
 
+/* The _now writers stamp a record that fits with the ring's clock, in
+ * either clock, and a dropped one is counted like any other. */
+static void test_now_writers(void **state)
+{
+	(void)state;
+	const enum rp_shm_clock clocks[] = { RP_SHM_CLOCK_MONOTONIC, RP_SHM_CLOCK_TSC };
+	for (size_t c = 0; c < sizeof(clocks) / sizeof(clocks[0]); c++) {
+		struct rp_shmring *r = ring_new(4096, clocks[c]);
+		uint64_t before = rp_shmring_now(r);
+		assert_true(rp_shm_range_begin_now(r, "step"));
+		assert_true(rp_shm_instant_now(r, "mark"));
+		assert_true(rp_shm_counter_now(r, "loss", 0.5));
+		assert_true(rp_shm_range_end_now(r));
+		uint64_t after = rp_shmring_now(r);
+		while (rp_shm_range_end_now(r))
+			;
+		assert_int_equal(rp_shmring_dropped(r), 1);
+
+		struct sink s = sink_new(512);
+		assert_true(rp_shmring_drain(r, collect, &s, 4, NULL) == 4);
+		for (size_t i = 0; i < 4; i++) {
+			assert_true(s.v[i].ev.ts >= before && s.v[i].ev.ts <= after);
+			assert_true(i == 0 || s.v[i].ev.ts >= s.v[i - 1].ev.ts);
+		}
+		assert_string_equal(s.v[0].ev.name, "step");
+		assert_true(s.v[2].ev.u.counter.value == 0.5);
+		free(s.v);
+		rp_shmring_close(r);
+	}
+}
+
 /* Sequence-numbered stream: record i carries ts i and a name of i % 41
  * letters derived from i. */
 static bool seq_write(struct rp_shmring *r, uint64_t i)
@@ -796,6 +827,7 @@ int main(void)
 		cmocka_unit_test(test_roundtrip_all_kinds),
 		cmocka_unit_test(test_wraparound),
 		cmocka_unit_test(test_drops),
+		cmocka_unit_test(test_now_writers),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_two_processes),
 		cmocka_unit_test(test_producer_killed),
