@@ -23,6 +23,7 @@
 #include <linux/types.h>
 
 #include "procinfo.h"
+#include "pyframes.h"
 #include "sampler.h"
 #include "sampler_record.h"
 
@@ -393,6 +394,9 @@ static void poll_host_metrics(struct rp_rings *r)
 struct sample_ctx {
 	struct rp_drain *host;
 	struct rp_procinfo *procinfo;
+	struct rp_pyframes *pyframes;
+	struct rp_sampler *sampler;
+	uint64_t merged[RP_STACK_MAX]; /* a sample's frames, Python ones merged in */
 	uint32_t seen[SEEN_SLOTS];
 	unsigned nseen;
 };
@@ -425,7 +429,17 @@ static int add_sample(void *ctx, const struct rp_event *ev)
 					 .tid = ev->tid, .name = ev->name };
 		rp_drain_add(c->host, &name, NULL);
 	}
-	return rp_drain_add(c->host, ev, NULL);
+	/* Python frames merged in, their code named before the sample. */
+	const uint64_t *py;
+	unsigned npy = rp_sampler_python_frames(c->sampler, &py);
+	struct rp_event merged;
+	rp_pyframes_sample(c->pyframes, ev, py, npy, to_drain, c->host, &merged, c->merged);
+	return rp_drain_add(c->host, &merged, NULL);
+}
+
+static int install_python(void *ctx, uint32_t pid, const struct rp_py_proc *py)
+{
+	return rp_sampler_set_python(((struct sample_ctx *)ctx)->sampler, pid, py);
 }
 
 static void forget_process(void *ctx, uint32_t pid)
@@ -439,8 +453,10 @@ static void forget_process(void *ctx, uint32_t pid)
 static void reap_processes(struct rp_rings *r)
 {
 #ifdef RINGPROF_HAVE_SAMPLER
-	if (r->sampler)
+	if (r->sampler) {
 		rp_procinfo_reap(r->sample_ctx->procinfo, forget_process, r->devices[0]->drain);
+		rp_pyframes_reap(r->sample_ctx->pyframes);
+	}
 #else
 	(void)r;
 #endif
@@ -534,8 +550,14 @@ static int start_sampler(struct rp_rings *r, struct rp_err *err)
 	r->sample_ctx = calloc(1, sizeof(*r->sample_ctx));
 	rc = r->sample_ctx ? rp_procinfo_new("/proc", &r->sample_ctx->procinfo, &serr)
 			   : rp_err_set(&serr, -ENOMEM, "out of memory");
+	struct rp_pyframes_opts po = {.proc_root = "/proc", .install = install_python,
+				      .install_ctx = r->sample_ctx};
+	if (rc == 0)
+		rc = rp_pyframes_new(&po, &r->sample_ctx->pyframes, &serr);
 	if (rc == 0)
 		rc = rp_sampler_open(&so, &r->sampler, &serr);
+	if (rc == 0)
+		r->sample_ctx->sampler = r->sampler;
 #else
 	rc = rp_err_set(&serr, -ENOTSUP,
 			"this ringprofd was built without the eBPF sampler (bpftool, clang, libbpf "
@@ -836,6 +858,7 @@ static void close_collectors(struct rp_rings *r)
 #ifdef RINGPROF_HAVE_SAMPLER
 	rp_sampler_close(r->sampler);
 	rp_procinfo_free(r->sample_ctx ? r->sample_ctx->procinfo : NULL);
+	rp_pyframes_free(r->sample_ctx ? r->sample_ctx->pyframes : NULL);
 	free(r->sample_ctx);
 #endif
 	rp_hostmetrics_free(r->hostmetrics);
