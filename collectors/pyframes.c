@@ -191,7 +191,7 @@ static int read_str(const struct layout *l, rp_py_read_fn rd, void *ctx, uint32_
 		    uint64_t addr, char *out, size_t cap, size_t max)
 {
 	uint8_t head[80];
-	if (!addr || rd(ctx, pid, addr, head, l->compact_size) < 0)
+	if (!addr || rd(ctx, pid, addr, head, l->ascii_size) < 0)
 		return -EINVAL;
 	int64_t length = (int64_t)ld(head + 16, 8);
 	uint32_t state = (uint32_t)ld(head + 32, 4);
