@@ -255,12 +255,31 @@ int rp_py_describe(unsigned minor, rp_py_read_fn rd, void *ctx, uint32_t pid, ui
 
 /* ---- merging ---- */
 
-unsigned rp_py_merge(const uint64_t *user, unsigned nuser, const uint64_t *py, unsigned npy,
-		     uint64_t eval_start, uint64_t eval_end, uint64_t *out, unsigned max)
+static bool within(uint64_t ip, uint64_t start, uint64_t end)
 {
-	unsigned n = 0, k = 0;
-	for (unsigned i = 0; i < nuser && n < max; i++) {
-		if (user[i] < eval_start || user[i] >= eval_end || k == npy) {
+	return ip >= start && ip < end;
+}
+
+unsigned rp_py_merge(const uint64_t *user, unsigned nuser, const uint64_t *py, unsigned npy,
+		     const struct rp_py_native *at, uint64_t *out, unsigned max)
+{
+	unsigned n = 0, k = 0, i = 0;
+	bool reached = false;
+	for (unsigned j = 0; j < nuser && !reached; j++)
+		reached = within(user[j], at->eval_start, at->eval_end);
+	if (!reached) {
+		/* Native frames up to the interpreter's first, the Python ones,
+		 * then the rest: a walk that went on through code without frame
+		 * pointers is guesswork. */
+		while (i < nuser && n < max && !within(user[i], at->text_start, at->text_end))
+			out[n++] = user[i++];
+		if (i < nuser && n < max)
+			out[n++] = user[i++];
+		while (k < npy && n < max)
+			out[n++] = py[k++] & ~1ull;
+	}
+	for (; i < nuser && n < max; i++) {
+		if (!within(user[i], at->eval_start, at->eval_end) || k == npy) {
 			out[n++] = user[i];
 			continue;
 		}
@@ -283,7 +302,8 @@ struct proc {
 	uint32_t pid;         /* 0: empty slot */
 	bool python;
 	unsigned minor;
-	uint64_t eval_start, eval_end, code_type;
+	struct rp_py_native native;
+	uint64_t code_type;
 	uint64_t next_probe_ns, backoff_ns;
 };
 
@@ -471,7 +491,7 @@ static bool probe(struct rp_pyframes *p, struct proc *pr, struct rp_py_proc *py)
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return false;
-	char line[PATH_MAX + 128];
+	char line[PATH_MAX + 128], interp[PATH_MAX];
 	bool found = false;
 	while (!found && fgets(line, sizeof(line), f)) {
 		unsigned long long start, end, off;
@@ -501,10 +521,29 @@ static bool probe(struct rp_pyframes *p, struct proc *pr, struct rp_py_proc *py)
 		*py = l->walk;
 		py->runtime = s.runtime + bias;
 		pr->minor = minor;
-		pr->eval_start = s.eval + bias;
-		pr->eval_end = pr->eval_start + (s.eval_size ? s.eval_size : 1);
+		pr->native.eval_start = s.eval + bias;
+		pr->native.eval_end = pr->native.eval_start + (s.eval_size ? s.eval_size : 1);
 		pr->code_type = s.code_type ? s.code_type + bias : 0;
+		snprintf(interp, sizeof(interp), "%s", file);
 		found = true;
+	}
+	/* The interpreter's code: its file's executable mappings, which
+	 * follow the first. */
+	pr->native.text_start = pr->native.text_end = 0;
+	while (found && fgets(line, sizeof(line), f)) {
+		unsigned long long start, end;
+		int pathat = 0;
+		char perms[5];
+		if (sscanf(line, "%llx-%llx %4s %*s %*s %*s %n", &start, &end, perms, &pathat) < 3 ||
+		    !pathat || perms[2] != 'x')
+			continue;
+		line[pathat + strcspn(line + pathat, "\n")] = 0;
+		if (strcmp(line + pathat, interp) != 0)
+			continue;
+		if (!pr->native.text_start || start < pr->native.text_start)
+			pr->native.text_start = start;
+		if (end > pr->native.text_end)
+			pr->native.text_end = end;
 	}
 	fclose(f);
 	return found;
@@ -560,7 +599,7 @@ int rp_pyframes_sample(struct rp_pyframes *p, const struct rp_event *sample, con
 	unsigned nk = sample->u.sample.nkernel;
 	memcpy(frames, sample->u.sample.frames, nk * sizeof(*frames));
 	unsigned n = nk + rp_py_merge(sample->u.sample.frames + nk, sample->u.sample.nframes - nk, py,
-				      npy, pr->eval_start, pr->eval_end, frames + nk,
+				      npy, &pr->native, frames + nk,
 				      RP_STACK_MAX - nk);
 	out->u.sample.frames = frames;
 	out->u.sample.nframes = (uint16_t)n;

@@ -10,9 +10,9 @@
  *
  * For each sample rp_pyframes_sample merges those frames into the native
  * stack, each native frame in _PyEval_EvalFrameDefault replaced by the
- * Python frames that run of the loop executes; those left over (the
- * native walk stops early in a libpython without frame pointers) go
- * after the native frames, on the callers' side.  Each new (code object,
+ * Python frames that run of the loop executes (see rp_py_merge for a
+ * native walk that never reaches the loop: libpython without frame
+ * pointers).  Each new (code object,
  * instruction offset) of a process is read from its memory (bounded reads
  * of untrusted memory, cached) and handed on as an RP_EV_PY_CODE event:
  * name "qualname\tfile", line from the code's line table (the first line
@@ -92,10 +92,21 @@ struct rp_py_code {
 int rp_py_describe(unsigned minor, rp_py_read_fn read, void *ctx, uint32_t pid, uint64_t code,
 		   uint64_t code_type, uint32_t lasti, struct rp_py_code *out);
 
+/* Where a process's interpreter runs: _PyEval_EvalFrameDefault and the
+ * executable mappings of the file holding it. */
+struct rp_py_native {
+	uint64_t eval_start, eval_end;
+	uint64_t text_start, text_end;
+};
+
 /* Merge npy Python frames (sampler encoding) into the native user frames
- * user[0..nuser) (leaf first), replacing those in [eval_start, eval_end);
- * writes at most max frames to out, returns how many. */
+ * user[0..nuser) (leaf first): each frame in the loop replaced by the
+ * Python frames of its run, those left over after the native frames.
+ * Where no native frame is in the loop, the Python frames go after the
+ * first native frame in the interpreter's text (the native walk past it
+ * is unsure: no frame pointers), else after all.  Writes at most max
+ * frames to out, returns how many. */
 unsigned rp_py_merge(const uint64_t *user, unsigned nuser, const uint64_t *py, unsigned npy,
-		     uint64_t eval_start, uint64_t eval_end, uint64_t *out, unsigned max);
+		     const struct rp_py_native *at, uint64_t *out, unsigned max);
 
 #endif

@@ -247,34 +247,43 @@ static void test_merge(void **state)
 {
 	(void)state;
 	uint64_t out[16];
-	/* Native leaf first: two runs of the loop (0x5000..0x6000). */
+	/* The loop at 0x5000..0x6000 in the interpreter's 0x4000..0x7000. */
+	const struct rp_py_native at = {0x5000, 0x6000, 0x4000, 0x7000};
+	/* Native leaf first: two runs of the loop. */
 	const uint64_t user[] = {0x5010, 0x7000, 0x5020, 0x8000};
 	const uint64_t py[] = {PY(0x100, 1, 0), PY(0x200, 2, 1), PY(0x300, 3, 0), PY(0x400, 4, 1)};
-	unsigned n = rp_py_merge(user, 4, py, 4, 0x5000, 0x6000, out, 16);
+	unsigned n = rp_py_merge(user, 4, py, 4, &at, out, 16);
 	const uint64_t want[] = {RP_PY_FRAME(0x100, 1), RP_PY_FRAME(0x200, 2), 0x7000,
 				 RP_PY_FRAME(0x300, 3), RP_PY_FRAME(0x400, 4), 0x8000};
 	assert_int_equal(n, 6);
 	assert_memory_equal(out, want, sizeof(want));
 
-	/* The native walk stopped before the loop: Python frames go after it. */
-	n = rp_py_merge(user + 1, 1, py, 4, 0x5000, 0x6000, out, 16);
+	/* The native walk never reached the loop: Python frames go after the
+	 * interpreter's first frame, else after all. */
+	const uint64_t c_leaf[] = {0x9000, 0x4100, 0x7000};
+	n = rp_py_merge(c_leaf, 3, py, 4, &at, out, 16);
+	const uint64_t under[] = {0x9000, 0x4100, RP_PY_FRAME(0x100, 1), RP_PY_FRAME(0x200, 2),
+				  RP_PY_FRAME(0x300, 3), RP_PY_FRAME(0x400, 4), 0x7000};
+	assert_int_equal(n, 7);
+	assert_memory_equal(out, under, sizeof(under));
+	n = rp_py_merge(user + 1, 1, py, 4, &at, out, 16);
 	const uint64_t after[] = {0x7000, RP_PY_FRAME(0x100, 1), RP_PY_FRAME(0x200, 2),
 				  RP_PY_FRAME(0x300, 3), RP_PY_FRAME(0x400, 4)};
 	assert_int_equal(n, 5);
 	assert_memory_equal(out, after, sizeof(after));
 
 	/* More loop frames than runs read: the rest stay native. */
-	n = rp_py_merge(user, 4, py, 2, 0x5000, 0x6000, out, 16);
+	n = rp_py_merge(user, 4, py, 2, &at, out, 16);
 	const uint64_t fewer[] = {RP_PY_FRAME(0x100, 1), RP_PY_FRAME(0x200, 2), 0x7000, 0x5020,
 				  0x8000};
 	assert_int_equal(n, 5);
 	assert_memory_equal(out, fewer, sizeof(fewer));
 
 	/* Bounded by max, the callers' end cut. */
-	n = rp_py_merge(user, 4, py, 4, 0x5000, 0x6000, out, 3);
+	n = rp_py_merge(user, 4, py, 4, &at, out, 3);
 	assert_int_equal(n, 3);
 	assert_memory_equal(out, want, 3 * sizeof(uint64_t));
-	assert_int_equal(rp_py_merge(user, 4, py, 4, 0x5000, 0x6000, out, 0), 0);
+	assert_int_equal(rp_py_merge(user, 4, py, 4, &at, out, 0), 0);
 }
 
 int main(void)
