@@ -268,15 +268,16 @@ unsigned rp_py_merge(const uint64_t *user, unsigned nuser, const uint64_t *py, u
 	for (unsigned j = 0; j < nuser && !reached; j++)
 		reached = within(user[j], at->eval_start, at->eval_end);
 	if (!reached) {
-		/* Native frames up to the interpreter's first, the Python ones,
-		 * then the rest: a walk that went on through code without frame
-		 * pointers is guesswork. */
+		/* Native frames up to the interpreter's first, then the Python
+		 * ones.  Past that frame the walk went on through code without
+		 * frame pointers: guesswork, left out. */
 		while (i < nuser && n < max && !within(user[i], at->text_start, at->text_end))
 			out[n++] = user[i++];
 		if (i < nuser && n < max)
 			out[n++] = user[i++];
 		while (k < npy && n < max)
 			out[n++] = py[k++] & ~1ull;
+		return n;
 	}
 	for (; i < nuser && n < max; i++) {
 		if (!within(user[i], at->eval_start, at->eval_end) || k == npy) {

@@ -103,9 +103,10 @@ struct rp_py_native {
  * user[0..nuser) (leaf first): each frame in the loop replaced by the
  * Python frames of its run, those left over after the native frames.
  * Where no native frame is in the loop, the Python frames go after the
- * first native frame in the interpreter's text (the native walk past it
- * is unsure: no frame pointers), else after all.  Writes at most max
- * frames to out, returns how many. */
+ * first native frame in the interpreter's text, and the native frames
+ * past it are left out (a walk through code without frame pointers is
+ * guesswork); without such a frame, after all of them.  Writes at most
+ * max frames to out, returns how many. */
 unsigned rp_py_merge(const uint64_t *user, unsigned nuser, const uint64_t *py, unsigned npy,
 		     const struct rp_py_native *at, uint64_t *out, unsigned max);
 

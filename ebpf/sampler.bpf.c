@@ -188,6 +188,7 @@ struct py_walk {
 	__u64 ptr;       /* thread state while finding it, then the frame */
 	__u64 self;      /* pthread_self of the sampled thread */
 	__u32 first, at; /* Python frames go to r->frames[first..at) */
+	__u32 found;     /* ptr is the sampled thread's state */
 	__u8 buf[RP_PY_FRAME_READ];
 };
 
@@ -221,13 +222,15 @@ static __u64 frame_field(const struct py_walk *w, __u32 off, __u32 size)
 }
 
 /* One thread state of the interpreter's list: stops at the sampled
- * thread's (ptr stays on it) or at the list's end (ptr 0). */
+ * thread's (found, ptr on it) or at the list's end. */
 static long py_find_thread(__u64 i, struct py_ctx *c)
 {
 	struct py_walk *w = c->w;
 	(void)i;
-	if (read_u64(w->ptr + w->py.ts_thread_id) == w->self)
+	if (read_u64(w->ptr + w->py.ts_thread_id) == w->self) {
+		w->found = 1;
 		return 1;
+	}
 	w->ptr = read_u64(w->ptr + w->py.ts_next);
 	return w->ptr ? 0 : 1;
 }
@@ -287,7 +290,8 @@ static __u32 python_stack(struct rp_sampler_record *r, __u32 pid, __u32 first)
 	__u64 interp = read_u64(py->runtime + py->interp_head);
 	w->ptr = interp ? read_u64(interp + py->threads_head) : 0;
 	struct py_ctx c = { w, r };
-	if (!w->ptr || bpf_loop(256, py_find_thread, &c, 0) < 0 || !w->ptr)
+	w->found = 0;
+	if (!w->ptr || bpf_loop(256, py_find_thread, &c, 0) < 0 || !w->found)
 		return 0;
 	__u64 frame = read_u64(w->ptr + py->ts_frame);
 	if (frame && py->cframe_frame != 0xffff)
