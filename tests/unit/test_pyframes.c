@@ -1,8 +1,11 @@
-/* The Python frame parts of collectors/pyframes: line tables of 3.10 and
- * 3.11+, the code object reader against made-up (and hostile) process
- * memory, and the merge into native stacks.  The walk in BPF and the
- * whole path run against real interpreters in
- * tests/integration/test_python_frames.py. */
+/* collectors/pyframes: line tables of 3.10 and 3.11+, the code object
+ * reader against made-up (and hostile) process memory, the merge into
+ * native stacks, and the whole of it on python3-fake (fake_python.c), a
+ * process with a CPython 3.11's symbols and a code object.  The walk in
+ * BPF and the whole path with real interpreters run in
+ * tests/integration/test_python_frames.py.
+ *
+ * Usage: test-pyframes PYTHON3_FAKE */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,8 +15,15 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <inttypes.h>
+#include <linux/types.h>
+#include <unistd.h>
 
 #include "pyframes.h"
+#include "sampler_record.h"
+#include "symtest_child.h"
+
+static const char *fake_python;
 
 /* ---- line tables ---- */
 
@@ -287,8 +297,111 @@ static void test_merge(void **state)
 	assert_int_equal(rp_py_merge(user, 4, py, 4, &at, out, 0), 0);
 }
 
-int main(void)
+/* ---- a process ---- */
+
+struct installed {
+	uint32_t pid;
+	struct rp_py_proc py;
+	int installs, removals;
+};
+
+static int install(void *ctx, uint32_t pid, const struct rp_py_proc *py)
 {
+	struct installed *in = ctx;
+	in->pid = pid;
+	if (py) {
+		in->py = *py;
+		in->installs++;
+	} else {
+		in->removals++;
+	}
+	return 0;
+}
+
+struct collected {
+	struct rp_event ev[4];
+	char names[4][RP_NAME_MAX + 1];
+	int n;
+};
+
+static int collect(void *ctx, const struct rp_event *ev)
+{
+	struct collected *c = ctx;
+	assert_true(c->n < 4);
+	c->ev[c->n] = *ev;
+	snprintf(c->names[c->n], sizeof(c->names[0]), "%s", ev->name);
+	c->ev[c->n].name = c->names[c->n];
+	c->n++;
+	return 0;
+}
+
+static void test_process(void **state)
+{
+	(void)state;
+	if (!fake_python)
+		skip();
+	struct symtest_child child;
+	assert_int_equal(symtest_start(fake_python, &child), 0);
+	uint64_t runtime, eval, code;
+	assert_int_equal(fscanf(child.out, "%" SCNx64 " %" SCNx64 " %" SCNx64, &runtime, &eval, &code),
+			 3);
+
+	struct installed in = {0};
+	struct rp_pyframes_opts o = {.proc_root = "/proc", .install = install, .install_ctx = &in};
+	struct rp_pyframes *p;
+	struct rp_err err;
+	assert_int_equal(rp_pyframes_new(&o, &p, &err), 0);
+
+	/* The leaf in the loop: replaced by the Python frame it runs. */
+	uint64_t user[] = {eval + 2, 0x1234}, frames[RP_STACK_MAX];
+	uint64_t py[] = {RP_PY_FRAME(code, 1) | 1};
+	struct rp_event sample = {.kind = RP_EV_CPU_SAMPLE, .ts = 1, .pid = (uint32_t)child.pid,
+				  .tid = (uint32_t)child.pid,
+				  .u.sample = {.nframes = 2, .frames = user}};
+	struct rp_event out;
+	struct collected got = {0};
+	assert_int_equal(rp_pyframes_sample(p, &sample, py, 1, collect, &got, &out, frames), 0);
+	assert_int_equal(in.installs, 1);
+	assert_int_equal(in.pid, child.pid);
+	assert_true(in.py.runtime == runtime);
+	assert_int_equal(in.py.ts_thread_id, 152); /* 3.11's, from Py_Version */
+	assert_int_equal(got.n, 1);
+	assert_int_equal(got.ev[0].kind, RP_EV_PY_CODE);
+	assert_string_equal(got.ev[0].name, "Fake.step\t/srv/fake.py");
+	assert_true(got.ev[0].u.py_code.code == code);
+	assert_int_equal(got.ev[0].u.py_code.lasti, 1);
+	assert_int_equal(got.ev[0].u.py_code.line, 42);
+	assert_int_equal(out.u.sample.nframes, 2);
+	assert_true(out.u.sample.frames[0] == RP_PY_FRAME(code, 1));
+	assert_true(out.u.sample.frames[1] == 0x1234);
+
+	/* Known now: no second event.  Not a code object: none either. */
+	assert_int_equal(rp_pyframes_sample(p, &sample, py, 1, collect, &got, &out, frames), 0);
+	uint64_t bad[] = {RP_PY_FRAME(code + 16, 0)};
+	assert_int_equal(rp_pyframes_sample(p, &sample, bad, 1, collect, &got, &out, frames), 0);
+	assert_int_equal(got.n, 1);
+	assert_int_equal(in.installs, 1);
+
+	/* This test is no Python: its samples pass as they are. */
+	struct rp_event mine = sample;
+	mine.pid = mine.tid = (uint32_t)getpid();
+	assert_int_equal(rp_pyframes_sample(p, &mine, py, 1, collect, &got, &out, frames), 0);
+	assert_true(out.u.sample.frames == user && out.u.sample.nframes == 2);
+	assert_int_equal(in.installs, 1);
+
+	/* Gone: the sampler is told. */
+	assert_int_not_equal(symtest_end(&child), -1);
+	rp_pyframes_reap(p);
+	assert_int_equal(in.removals, 1);
+	struct rp_pyframes_stats st;
+	rp_pyframes_stats(p, &st);
+	assert_true(st.processes == 1 && st.codes == 1 && st.unreadable == 1);
+	rp_pyframes_free(p);
+}
+
+int main(int argc, char **argv)
+{
+	fake_python = argc > 1 ? argv[1] : NULL;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_line_311),
 		cmocka_unit_test(test_line_310),
@@ -296,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_describe_unicode),
 		cmocka_unit_test(test_describe_hostile),
 		cmocka_unit_test(test_merge),
+		cmocka_unit_test(test_process),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
