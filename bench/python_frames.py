@@ -6,9 +6,10 @@ restored after) on tests/integration/py_burn.py under each CPython found
 on cpu-burn, a C program of a 4-frame stack that runs no Python, as the
 peer: the ratio is what the Python walk adds.  Each workload gets its
 own ringprofd from the build tree, filtered to its pid ([sampler] pids),
-at 999 Hz; runs on the other CPUs of the pid filter return at once and
-are counted too (the figure per sample is printed beside, from the
-runs on the workload's CPU).
+at 999 Hz.  ns/run is over every run, those on the other CPU too (the
+pid filter returns at once there); ns/sample is all of the program's
+time over the workload's samples (999 a second on its CPU): an upper
+bound of what one of its samples costs.
 
 Needs root and bpftool.  Not pass/fail: the target (issue 14: at most
 5 us of BPF time per sample) is printed beside."""
