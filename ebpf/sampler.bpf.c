@@ -172,6 +172,143 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
 }
 #endif
 
+/* Processes running CPython, by tgid: where their interpreter state is. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct rp_py_proc);
+	__uint(max_entries, 4096);
+} python SEC(".maps");
+
+#if defined(__TARGET_ARCH_x86)
+/* The Python walk's state, in a map (like stack_copies) so that the
+ * frame read at once can be indexed by the version's offsets. */
+struct py_walk {
+	struct rp_py_proc py;
+	__u64 ptr;       /* thread state while finding it, then the frame */
+	__u64 self;      /* pthread_self of the sampled thread */
+	__u32 first, at; /* Python frames go to r->frames[first..at) */
+	__u32 found;     /* ptr is the sampled thread's state */
+	__u8 buf[RP_PY_FRAME_READ];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct py_walk);
+	__uint(max_entries, 1);
+} py_walks SEC(".maps");
+
+struct py_ctx {
+	struct py_walk *w;
+	struct rp_sampler_record *r;
+};
+
+static __u64 read_u64(__u64 addr)
+{
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		return 0;
+	return v;
+}
+
+/* A field of the frame in buf; 0 past what was read. */
+static __u64 frame_field(const struct py_walk *w, __u32 off, __u32 size)
+{
+	if (off > RP_PY_FRAME_READ - 8)
+		return 0;
+	__u64 v = *(const __u64 *)(w->buf + off);
+	return size == 8 ? v : size == 4 ? (__u32)v : (__u8)v;
+}
+
+/* One thread state of the interpreter's list: stops at the sampled
+ * thread's (found, ptr on it) or at the list's end. */
+static long py_find_thread(__u64 i, struct py_ctx *c)
+{
+	struct py_walk *w = c->w;
+	(void)i;
+	if (read_u64(w->ptr + w->py.ts_thread_id) == w->self) {
+		w->found = 1;
+		return 1;
+	}
+	w->ptr = read_u64(w->ptr + w->py.ts_next);
+	return w->ptr ? 0 : 1;
+}
+
+/* One frame, leaf first, into r->frames[at]; 1 ends the walk. */
+static long py_frame(__u64 i, struct py_ctx *c)
+{
+	struct py_walk *w = c->w;
+	struct rp_sampler_record *r = c->r;
+	(void)i;
+	if (!w->ptr || bpf_probe_read_user(w->buf, RP_PY_FRAME_READ, (void *)w->ptr))
+		return 1;
+	__u64 code = frame_field(w, w->py.fr_code, 8);
+	__u32 at = w->at;
+	if (w->py.entry_kind == RP_PY_ENTRY_SHIM &&
+	    frame_field(w, w->py.fr_entry, 1) == RP_PY_OWNED_BY_CSTACK) {
+		/* Below a run of the loop: the frame before was its outermost. */
+		if (at > w->first && at - 1 < sizeof(r->frames) / 8)
+			r->frames[at - 1] |= 1;
+	} else if (code) {
+		__u64 lasti, instr = frame_field(w, w->py.fr_instr, w->py.lasti_is_index ? 4 : 8);
+		if (w->py.lasti_is_index)
+			lasti = (__s32)instr < 0 ? 0 : instr;
+		else
+			lasti = instr > code + w->py.code_start ? (instr - code - w->py.code_start) / 2 : 0;
+		if (lasti > RP_SAMPLER_PY_LASTI_MAX)
+			lasti = RP_SAMPLER_PY_LASTI_MAX;
+		bool entry = w->py.entry_kind == RP_PY_ENTRY_EVERY ||
+			     (w->py.entry_kind == RP_PY_ENTRY_FLAG && frame_field(w, w->py.fr_entry, 1));
+		if (at >= sizeof(r->frames) / 8 || at >= w->first + RP_SAMPLER_PY_MAX)
+			return 1;
+		r->frames[at] = RP_SAMPLER_PY_TAG | lasti << RP_SAMPLER_PY_LASTI_SHIFT |
+				(code & RP_SAMPLER_PY_CODE_MASK & ~1ull) | entry;
+		w->at = at + 1;
+	}
+	__u64 prev = frame_field(w, w->py.fr_previous, 8);
+	if (prev == w->ptr)
+		return 1;
+	w->ptr = prev;
+	return 0;
+}
+
+/* The Python frames of the sampled thread, if its process runs CPython,
+ * into frames[first..): finds the thread's PyThreadState in the main
+ * interpreter's list by pthread_self (the fs base on x86-64), then walks
+ * its frames.  Returns the frames written. */
+static __u32 python_stack(struct rp_sampler_record *r, __u32 pid, __u32 first)
+{
+	const struct rp_py_proc *py = bpf_map_lookup_elem(&python, &pid);
+	__u32 zero = 0;
+	struct py_walk *w = bpf_map_lookup_elem(&py_walks, &zero);
+	if (!py || !w || first > 2 * RP_SAMPLER_DEPTH_MAX)
+		return 0;
+	w->py = *py;
+	struct task_struct *task = bpf_get_current_task_btf();
+	w->self = task->thread.fsbase;
+	__u64 interp = read_u64(py->runtime + py->interp_head);
+	w->ptr = interp ? read_u64(interp + py->threads_head) : 0;
+	struct py_ctx c = { w, r };
+	w->found = 0;
+	if (!w->ptr || bpf_loop(256, py_find_thread, &c, 0) < 0 || !w->found)
+		return 0;
+	__u64 frame = read_u64(w->ptr + py->ts_frame);
+	if (frame && py->cframe_frame != 0xffff)
+		frame = read_u64(frame + py->cframe_frame);
+	w->ptr = frame;
+	w->first = w->at = first;
+	bpf_loop(2 * RP_SAMPLER_PY_MAX, py_frame, &c, 0);
+	return w->at - first;
+}
+#else
+static __u32 python_stack(struct rp_sampler_record *r, __u32 pid, __u32 first)
+{
+	(void)r, (void)pid, (void)first;
+	return 0;
+}
+#endif
+
 SEC("perf_event")
 int rp_on_sample(struct bpf_perf_event_data *ctx)
 {
@@ -207,10 +344,15 @@ int rp_on_sample(struct bpf_perf_event_data *ctx)
 	if (ubytes > FRAMES_BYTES)
 		ubytes = FRAMES_BYTES;
 	r->nuser = ubytes / 8;
+	__u64 pybytes = (__u64)python_stack(r, pid, r->nkernel + r->nuser) * 8;
+	barrier_var(pybytes);
+	if (pybytes > RP_SAMPLER_PY_MAX * 8)
+		pybytes = RP_SAMPLER_PY_MAX * 8;
+	r->npython = pybytes / 8;
 
 	/* No wakeup: user space polls on a timer, a wakeup per sample would
 	 * cost more than the sample. */
-	__u64 size = __builtin_offsetof(struct rp_sampler_record, frames) + kbytes + ubytes;
+	__u64 size = __builtin_offsetof(struct rp_sampler_record, frames) + kbytes + ubytes + pybytes;
 	if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP))
 		__sync_fetch_and_add(&lost, 1);
 	return 0;

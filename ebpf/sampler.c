@@ -21,6 +21,10 @@
 
 _Static_assert(RP_SAMPLER_DEPTH_MAX == RP_STACK_MAX,
 	       "the BPF program's deepest stack must match the event model's");
+_Static_assert(RP_SAMPLER_PY_TAG == RP_PY_FRAME_TAG && RP_SAMPLER_PY_CODE_MASK == RP_PY_CODE_MASK &&
+		       RP_SAMPLER_PY_LASTI_SHIFT == RP_PY_LASTI_SHIFT &&
+		       RP_SAMPLER_PY_LASTI_MAX == RP_PY_LASTI_MAX,
+	       "the BPF program's Python frames must match the event model's");
 
 #define DEFAULT_HZ 99
 #define DEFAULT_RINGBUF (4u << 20)
@@ -41,6 +45,8 @@ struct rp_sampler {
 	uint64_t samples, polls;
 	rp_sample_fn fn;          /* of the poll in progress */
 	void *fn_ctx;
+	const uint64_t *python;   /* of the sample handed to fn */
+	unsigned npython;
 };
 
 static int read_sysctl_int(const char *path, int *value)
@@ -248,8 +254,11 @@ static int on_record(void *ctx, void *data, size_t size)
 	size_t head = offsetof(struct rp_sampler_record, frames);
 	/* Records come from our own program; the check keeps a mismatch of
 	 * the two sides from reading past the record. */
-	if (size < head || (size - head) / sizeof(r->frames[0]) < (size_t)r->nkernel + r->nuser)
+	size_t nframes = (size_t)r->nkernel + r->nuser;
+	if (size < head || (size - head) / sizeof(r->frames[0]) < nframes + r->npython)
 		return 0;
+	s->python = (const uint64_t *)r->frames + nframes;
+	s->npython = r->npython;
 	struct rp_event ev = {
 		.kind = RP_EV_CPU_SAMPLE,
 		.ts = r->ts,
@@ -265,6 +274,20 @@ static int on_record(void *ctx, void *data, size_t size)
 	};
 	s->samples++;
 	return s->fn(s->fn_ctx, &ev);
+}
+
+unsigned rp_sampler_python_frames(const struct rp_sampler *s, const uint64_t **frames)
+{
+	*frames = s->python;
+	return s->npython;
+}
+
+int rp_sampler_set_python(struct rp_sampler *s, uint32_t pid, const struct rp_py_proc *py)
+{
+	int rc = py ? bpf_map__update_elem(s->skel->maps.python, &pid, sizeof(pid), py, sizeof(*py),
+					   BPF_ANY)
+		    : bpf_map__delete_elem(s->skel->maps.python, &pid, sizeof(pid), 0);
+	return rc == -ENOENT && !py ? 0 : rc;
 }
 
 static int load(struct rp_sampler *s, const struct rp_sampler_opts *o, struct rp_err *err)

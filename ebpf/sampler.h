@@ -58,6 +58,18 @@ typedef int (*rp_sample_fn)(void *ctx, const struct rp_event *ev);
  * Returns how many, or a negative errno. */
 long rp_sampler_poll(struct rp_sampler *s, rp_sample_fn fn, void *ctx);
 
+/* During a poll callback: the Python frames of the sample handed to it,
+ * leaf first, as the BPF program read them (sampler_record.h: RP_PY_FRAME
+ * with bit 0 marking the outermost frame of each interpreter loop run);
+ * returns how many.  Only processes given to rp_sampler_set_python have
+ * any. */
+unsigned rp_sampler_python_frames(const struct rp_sampler *s, const uint64_t **frames);
+
+/* Walk the Python frames of process pid's samples as py says (NULL: stop
+ * walking them).  0 or a negative errno (-E2BIG: 4096 processes already). */
+struct rp_py_proc;
+int rp_sampler_set_python(struct rp_sampler *s, uint32_t pid, const struct rp_py_proc *py);
+
 void rp_sampler_stats(const struct rp_sampler *s, struct rp_sampler_stats *st);
 void rp_sampler_close(struct rp_sampler *s);
 

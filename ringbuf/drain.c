@@ -23,6 +23,8 @@
  * room. */
 #define MAX_NAMES 1024
 #define MAX_MAPPINGS 4096
+/* Python code locations (RP_EV_PY_CODE) remembered, all processes. */
+#define MAX_PY_CODES 8192
 /* Buckets of a metadata set, by process (a thread name: by thread). */
 #define META_BUCKETS 1024
 #define NO_ENTRY UINT32_MAX
@@ -96,7 +98,7 @@ struct rp_drain {
 	 * thread) keeps any window (and so any snapshot) able to name its
 	 * threads and symbolize its stacks.  Sticky events go into every
 	 * chunk. */
-	struct meta_set names, maps, sticky;
+	struct meta_set names, maps, py_codes, sticky;
 	struct seen procs, threads;
 	struct placed *placed;
 	size_t nplaced, placed_cap;
@@ -132,6 +134,7 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 	d->chunk_buf = malloc(d->chunk_cap);
 	meta_set_init(&d->names, MAX_NAMES);
 	meta_set_init(&d->maps, MAX_MAPPINGS);
+	meta_set_init(&d->py_codes, MAX_PY_CODES);
 	meta_set_init(&d->sticky, MAX_NAMES);
 	d->procs.gen = d->threads.gen = 1;
 	int rc = d->chunk_buf ? rp_chunk_builder_new(rst.device_id, d->chunk_cap, &d->builder)
@@ -157,7 +160,15 @@ int rp_drain_new(struct rp_ringfile *rf, const struct rp_drain_opts *opts,
 static bool is_metadata(const struct rp_event *ev)
 {
 	return ev->kind == RP_EV_PROCESS_NAME || ev->kind == RP_EV_THREAD_NAME ||
-	       ev->kind == RP_EV_PROCESS_CMDLINE || ev->kind == RP_EV_MAPPING;
+	       ev->kind == RP_EV_PROCESS_CMDLINE || ev->kind == RP_EV_MAPPING ||
+	       ev->kind == RP_EV_PY_CODE;
+}
+
+static struct meta_set *meta_set_of(struct rp_drain *d, const struct rp_event *ev)
+{
+	return ev->kind == RP_EV_MAPPING ? &d->maps
+	       : ev->kind == RP_EV_PY_CODE ? &d->py_codes
+					   : &d->names;
 }
 
 static uint32_t bucket(uint32_t pid, uint32_t tid)
@@ -234,6 +245,8 @@ static bool replaces(const struct rp_event *a, const struct meta *old)
 		return false;
 	if (a->kind == RP_EV_MAPPING)
 		return a->u.mapping.start < b->u.mapping.end && b->u.mapping.start < a->u.mapping.end;
+	if (a->kind == RP_EV_PY_CODE)
+		return a->u.py_code.code == b->u.py_code.code && a->u.py_code.lasti == b->u.py_code.lasti;
 	if (a->tid != b->tid)
 		return false;
 	if (a->kind == RP_EV_PROCESS_NAME || a->kind == RP_EV_THREAD_NAME ||
@@ -283,8 +296,8 @@ static int remember(struct meta_set *s, const struct rp_event *ev)
 
 void rp_drain_forget(struct rp_drain *d, uint32_t pid)
 {
-	struct meta_set *sets[] = {&d->names, &d->maps, &d->sticky};
-	for (size_t k = 0; k < 3; k++)
+	struct meta_set *sets[] = {&d->names, &d->maps, &d->py_codes, &d->sticky};
+	for (size_t k = 0; k < sizeof(sets) / sizeof(sets[0]); k++)
 		for (uint32_t i = 0; i < sets[k]->n;)
 			if (sets[k]->e[i].ev.pid == pid)
 				meta_remove(sets[k], i);
@@ -448,7 +461,8 @@ static int replay_entries(struct rp_drain *d, struct meta_set *s, uint32_t pid, 
 
 /* Write the metadata of process pid (and of thread tid, unless
  * process_only) that the open chunk does not hold yet: names first, the
- * mappings, which may not all fit, last. */
+ * mappings and then the Python code locations, which may not all fit,
+ * last. */
 static inline int introduce(struct rp_drain *d, uint32_t pid, uint32_t tid,
 			    bool process_only, const struct rp_event *skip, uint64_t ts)
 {
@@ -463,6 +477,8 @@ static inline int introduce(struct rp_drain *d, uint32_t pid, uint32_t tid,
 		rc = replay_entries(d, &d->names, pid, tid, true, skip, ts);
 	if (rc == 0 && process)
 		rc = replay_entries(d, &d->maps, pid, 0, false, skip, ts);
+	if (rc == 0 && process)
+		rc = replay_entries(d, &d->py_codes, pid, 0, false, skip, ts);
 	return rc;
 }
 
@@ -526,7 +542,7 @@ static int add_event(struct rp_drain *d, const struct rp_event *ev, struct rp_er
 {
 	bool meta = is_metadata(ev);
 	if (meta)
-		remember(ev->kind == RP_EV_MAPPING ? &d->maps : &d->names, ev);
+		remember(meta_set_of(d, ev), ev);
 	for (int tries = 0;; tries++) {
 		if (rp_chunk_builder_count(d->builder) == 0)
 			open_chunk(d, ev->ts);
@@ -788,6 +804,7 @@ void rp_drain_free(struct rp_drain *d)
 	free(d->chunk_buf);
 	free(d->names.e);
 	free(d->maps.e);
+	free(d->py_codes.e);
 	free(d->sticky.e);
 	free(d->procs.slot);
 	free(d->threads.slot);

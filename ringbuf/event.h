@@ -24,7 +24,10 @@ enum rp_event_kind {
 	 * rings never carry these (RP_EV_PRODUCER_KIND_MAX). */
 	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process */
 	RP_EV_PROCESS_CMDLINE = 12, /* pid, name = command line, arguments joined by spaces */
-	RP_EV_KIND_MAX = RP_EV_PROCESS_CMDLINE,
+	/* 13 is reserved (RP_EV_DEVICE_INFO). */
+	RP_EV_PY_CODE = 14,         /* pid, name = "qualname\tfile", u.py_code: what a Python
+				       frame of the process's samples runs (docs/python-frames.md) */
+	RP_EV_KIND_MAX = RP_EV_PY_CODE,
 	RP_EV_PRODUCER_KIND_MAX = RP_EV_DROPS,
 };
 
@@ -38,6 +41,17 @@ enum rp_gpu_activity_kind {
 #define RP_NAME_MAX 255
 /* Deepest stack kept (kernel + user frames). */
 #define RP_STACK_MAX 127
+/* A Python frame in the user part of a CPU sample's stack: bit 63 set
+ * (no user address has it), the code object's address in the low 47 bits
+ * and the instruction offset (code units, saturated) in bits 47..62.
+ * RP_EV_PY_CODE events of the process name them. */
+#define RP_PY_FRAME_TAG (1ull << 63)
+#define RP_PY_CODE_MASK ((1ull << 47) - 1)
+#define RP_PY_LASTI_SHIFT 47
+#define RP_PY_LASTI_MAX 0xffffu
+#define RP_PY_FRAME(code, lasti) \
+	(RP_PY_FRAME_TAG | (uint64_t)(lasti) << RP_PY_LASTI_SHIFT | ((code) & RP_PY_CODE_MASK))
+
 /* Longest build-id kept (a GNU build-id is a 20-byte SHA-1 by default). */
 #define RP_BUILD_ID_MAX 20
 
@@ -79,6 +93,11 @@ struct rp_event {
 			uint8_t build_id[RP_BUILD_ID_MAX];
 			uint8_t build_id_len; /* 0: unknown */
 		} mapping;
+		struct {
+			uint64_t code;        /* code object address (47 bits) */
+			uint32_t lasti;       /* instruction offset, as in RP_PY_FRAME */
+			uint32_t line;        /* source line; 0: unknown */
+		} py_code;
 	} u;
 };
 

@@ -155,6 +155,10 @@ static void note_metadata(struct rp_reader *r, const struct rp_event *ev)
 						ev->u.mapping.offset, ev->name ? ev->name : "",
 						ev->u.mapping.build_id, ev->u.mapping.build_id_len);
 		break;
+	case RP_EV_PY_CODE:
+		rp_symbolizer_add_py_code(r->sym, ev->pid, ev->u.py_code.code, ev->u.py_code.lasti,
+					  ev->u.py_code.line, ev->name ? ev->name : "");
+		break;
 	case RP_EV_PROCESS_NAME:
 		note_name(r, name_key(ev->pid, 0), ev->name, false);
 		break;
@@ -177,7 +181,7 @@ static void note_metadata(struct rp_reader *r, const struct rp_event *ev)
 static bool is_metadata(uint8_t kind)
 {
 	return kind == RP_EV_MAPPING || kind == RP_EV_PROCESS_NAME ||
-	       kind == RP_EV_PROCESS_CMDLINE || kind == RP_EV_THREAD_NAME;
+	       kind == RP_EV_PROCESS_CMDLINE || kind == RP_EV_THREAD_NAME || kind == RP_EV_PY_CODE;
 }
 
 /* Per chunk of one device's file: fn(ctx, event).  Corrupt chunks are

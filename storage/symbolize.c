@@ -91,6 +91,15 @@ struct ksym {
 	uint32_t name, module; /* offsets in karena; module 0: the kernel itself */
 };
 
+/* A Python code location of a process, from RP_EV_PY_CODE. */
+struct py_code {
+	uint32_t pid, lasti; /* pid 0: empty slot */
+	uint64_t code;
+	uint32_t line;
+	char *function;      /* "qualname (file:line)" */
+	char *file;
+};
+
 struct rp_symbolizer {
 	char kallsyms[PATH_MAX];
 	char perf_map_dir[PATH_MAX - 32]; /* room for "/perf-PID.map" */
@@ -102,6 +111,8 @@ struct rp_symbolizer {
 	char *karena;
 	struct demangled *names; /* open addressing by mangled name */
 	size_t names_mask, nnames;
+	struct py_code *py;      /* open addressing by (pid, code, lasti) */
+	size_t py_mask, npy;
 	struct rp_symbolizer_stats st;
 };
 
@@ -162,6 +173,11 @@ void rp_symbolizer_free(struct rp_symbolizer *s)
 		free(s->names[i].name);
 	}
 	free(s->names);
+	for (size_t i = 0; s->py && i <= s->py_mask; i++) {
+		free(s->py[i].function);
+		free(s->py[i].file);
+	}
+	free(s->py);
 	free(s->ksyms);
 	free(s->karena);
 	free(s);
@@ -673,10 +689,75 @@ static void symbolize_user(struct rp_symbolizer *s, uint32_t pid, uint64_t ip,
 	}
 }
 
+/* ---- Python frames ------------------------------------------------------ */
+
+#define PYTHON_MODULE "[python]"
+
+static struct py_code *py_slot(struct py_code *t, size_t mask, uint32_t pid, uint64_t code,
+			       uint32_t lasti)
+{
+	uint64_t h = rp_hash_u64(code ^ (uint64_t)pid << 47 ^ (uint64_t)lasti << 20);
+	for (size_t i = h & mask;; i = (i + 1) & mask)
+		if (!t[i].pid || (t[i].pid == pid && t[i].code == code && t[i].lasti == lasti))
+			return &t[i];
+}
+
+int rp_symbolizer_add_py_code(struct rp_symbolizer *s, uint32_t pid, uint64_t code,
+			      uint32_t lasti, uint32_t line, const char *name)
+{
+	if (!pid)
+		return -EINVAL;
+	if (!s->py || s->npy + 1 > (s->py_mask + 1) / 2) {
+		size_t mask = s->py ? 2 * s->py_mask + 1 : 255;
+		struct py_code *t = calloc(mask + 1, sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		for (size_t i = 0; s->py && i <= s->py_mask; i++)
+			if (s->py[i].pid)
+				*py_slot(t, mask, s->py[i].pid, s->py[i].code, s->py[i].lasti) = s->py[i];
+		free(s->py);
+		s->py = t;
+		s->py_mask = mask;
+	}
+	struct py_code *e = py_slot(s->py, s->py_mask, pid, code, lasti);
+	if (e->pid)
+		return 0; /* repeated in every chunk: the first one stays */
+	/* "qualname\tfile"; without a tab, all of it is the qualname. */
+	size_t qlen = strcspn(name, "\t");
+	const char *file = name[qlen] ? name + qlen + 1 : "";
+	char *function = NULL;
+	if (asprintf(&function, "%.*s (%s:%" PRIu32 ")", (int)qlen, name, file, line) < 0)
+		return -ENOMEM;
+	char *f = strdup(file);
+	if (!f) {
+		free(function);
+		return -ENOMEM;
+	}
+	*e = (struct py_code){pid, lasti, code, line, function, f};
+	s->npy++;
+	return 0;
+}
+
+static void symbolize_python(struct rp_symbolizer *s, uint32_t pid, uint64_t frame,
+			     struct rp_symbol *out)
+{
+	uint64_t code = frame & RP_PY_CODE_MASK;
+	uint32_t lasti = (uint32_t)(frame >> RP_PY_LASTI_SHIFT & RP_PY_LASTI_MAX);
+	const struct py_code *e = s->py ? py_slot(s->py, s->py_mask, pid, code, lasti) : NULL;
+	out->module = PYTHON_MODULE;
+	out->offset = lasti;
+	if (e && e->pid) {
+		out->function = e->function;
+		out->file = e->file;
+		out->line = e->line;
+	}
+}
+
 uint64_t rp_frame_address(const uint64_t *frames, unsigned nkernel, unsigned i)
 {
 	bool leaf = i == 0 || i == nkernel;
-	return leaf || !frames[i] ? frames[i] : frames[i] - 1;
+	bool python = i >= nkernel && frames[i] & RP_PY_FRAME_TAG;
+	return leaf || python || !frames[i] ? frames[i] : frames[i] - 1;
 }
 
 void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kernel,
@@ -685,6 +766,8 @@ void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kerne
 	*out = (struct rp_symbol){ .offset = ip };
 	if (kernel)
 		symbolize_kernel(s, ip, out);
+	else if (ip & RP_PY_FRAME_TAG)
+		symbolize_python(s, pid, ip, out);
 	else
 		symbolize_user(s, pid, ip, out);
 	s->st.frames++;
@@ -695,6 +778,8 @@ const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len)
 {
 	if (sym->function)
 		return sym->function; /* whole: demangled C++ names run long */
+	if (sym->module && strcmp(sym->module, PYTHON_MODULE) == 0)
+		return "[unknown python frame]";
 	snprintf(buf, len, "%s+0x%" PRIx64, sym->module ? sym->module : "[unknown]", sym->offset);
 	return buf;
 }

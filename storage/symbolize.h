@@ -12,6 +12,9 @@
  *   perf map, <perf_map_dir>/perf-PID.map (written by Python 3.12 -X perf,
  *   the JVM, V8: "START SIZE name" in hex), which may outlive the process.
  *
+ * - Python frames (RP_PY_FRAME) through the process's RP_EV_PY_CODE
+ *   events: "qualname (file:line)".
+ *
  * A frame that cannot be named keeps module+0xOFFSET (the file offset),
  * or [unknown]+0xADDRESS without a mapping.  Results are cached per file
  * and address.
@@ -42,10 +45,11 @@ struct rp_symbol {
 	const char *mangled;  /* the symbol as the binary spells it, when
 				 function is its demangled form; else NULL */
 	const char *module;   /* file name of the mapping, "[kernel]" or "[MODULE]"
-				 for the kernel, "[jit]" for perf maps; NULL: none */
+				 for the kernel, "[jit]" for perf maps, "[python]"
+				 for Python frames; NULL: none */
 	uint64_t offset;      /* from the function's start; unnamed: from the
 				 file's start (file offset), or the address
-				 without a module */
+				 without a module; Python: the instruction offset */
 	const char *file;     /* source file (DWARF), NULL when unknown */
 	unsigned line;        /* 0 when unknown */
 };
@@ -74,6 +78,14 @@ RP_MUST_CHECK int rp_symbolizer_add_mapping(struct rp_symbolizer *s, uint32_t pi
 			      uint64_t end, uint64_t offset, const char *path,
 			      const uint8_t *build_id, size_t build_id_len);
 
+/* Python code location (code object, instruction offset lasti) of
+ * process pid is function name in "qualname\tfile", at line (an
+ * RP_EV_PY_CODE event).  Python frames of CPU samples (RP_PY_FRAME) are
+ * named from these: "qualname (file:line)", module "[python]", and
+ * "[unknown python frame]" without one.  -ENOMEM or -EINVAL (pid 0). */
+int rp_symbolizer_add_py_code(struct rp_symbolizer *s, uint32_t pid, uint64_t code,
+			      uint32_t lasti, uint32_t line, const char *name);
+
 /* The address to name for frame i of a CPU sample's stack (frames leaf
  * first, the first nkernel of them kernel frames): a return address (any
  * frame but the leaf of the kernel and of the user stack) minus one, so
@@ -85,8 +97,8 @@ void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kerne
 		  struct rp_symbol *out);
 
 /* The frame's name as exports show it: the function (the symbolizer's
- * string, whole), else module+0xOFFSET or [unknown]+0xADDRESS written
- * into buf. */
+ * string, whole), else "[unknown python frame]", module+0xOFFSET or
+ * [unknown]+0xADDRESS written into buf. */
 const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len);
 
 void rp_symbolizer_stats(const struct rp_symbolizer *s, struct rp_symbolizer_stats *st);

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "entry.h"
 #include "procinfo.h"
+#include "pyframes.h"
 #include "sampler.h"
 #include "sampler_record.h"
 
@@ -36,6 +37,8 @@ struct cpu {
 	const struct rp_config *cfg;
 	struct rp_sampler *sampler;
 	struct rp_procinfo *procinfo;
+	struct rp_pyframes *pyframes;
+	uint64_t merged[RP_STACK_MAX];   /* a sample's frames, Python ones merged in */
 	const struct rp_emit *emit;      /* during poll */
 	unsigned cpus;                   /* those sampled: see sampler.h */
 	uint64_t lost_seen;
@@ -51,7 +54,14 @@ static void stop(void *state)
 	struct cpu *c = state;
 	rp_sampler_close(c->sampler);
 	rp_procinfo_free(c->procinfo);
+	rp_pyframes_free(c->pyframes);
 	free(c);
+}
+
+/* A CPython process found: the BPF program learns where its state is. */
+static int install_python(void *ctx, uint32_t pid, const struct rp_py_proc *py)
+{
+	return rp_sampler_set_python(((struct cpu *)ctx)->sampler, pid, py);
 }
 
 static int start(const struct rp_collector_env *env, void **out, struct rp_err *why)
@@ -72,7 +82,11 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 		.npids = cfg->sampler_npids,
 		.ringbuf_bytes = SAMPLER_RINGBUF,
 	};
+	struct rp_pyframes_opts po = { .proc_root = env->proc_root, .install = install_python,
+				       .install_ctx = c };
 	int rc = rp_procinfo_new(env->proc_root, &c->procinfo, why);
+	if (rc == 0)
+		rc = rp_pyframes_new(&po, &c->pyframes, why);
 	if (rc == 0)
 		rc = rp_sampler_open(&so, &c->sampler, why);
 	if (rc < 0) {
@@ -129,7 +143,14 @@ static int add_sample(void *ctx, const struct rp_event *ev)
 					 .tid = ev->tid, .name = ev->name };
 		(void)emit->event(emit->ctx, &name);
 	}
-	return emit->event(emit->ctx, ev);
+	/* Python frames merged in, their code named before the sample. */
+	const uint64_t *py;
+	unsigned npy = rp_sampler_python_frames(c->sampler, &py);
+	struct rp_event merged;
+	/* A code event the drain refused is counted there; the sample goes on. */
+	(void)rp_pyframes_sample(c->pyframes, ev, py, npy, emit->event, emit->ctx, &merged,
+				 c->merged);
+	return emit->event(emit->ctx, &merged);
 }
 
 /* The rate as a counter repeated in every chunk: what CPU time a sample
@@ -168,6 +189,7 @@ static int poll(void *state, uint64_t now_ns, const struct rp_emit *emit, struct
 	record_rate(c, now, emit);
 	if (now_ns - c->last_reap_ns >= REAP_INTERVAL_NS) {
 		rp_procinfo_reap(c->procinfo, emit->forget, emit->ctx);
+		rp_pyframes_reap(c->pyframes);
 		c->last_reap_ns = now_ns;
 	}
 	return 0;

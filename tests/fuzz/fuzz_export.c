@@ -88,8 +88,11 @@ static int next_event(struct script *s, struct rp_event *ev, uint64_t *ts, char 
 		ev->u.sample.nframes = (uint16_t)(byte(s) % 9);
 		ev->u.sample.nkernel = (uint16_t)(ev->u.sample.nframes ? byte(s) % (ev->u.sample.nframes + 1) : 0);
 		for (unsigned i = 0; i < ev->u.sample.nframes; i++)
-			frames[i] = (i < ev->u.sample.nkernel ? 0xffffffff81000000ull : 0x400000ull) +
-				    byte(s) * 16u;
+			if (i >= ev->u.sample.nkernel && byte(s) & 1) /* a Python frame */
+				frames[i] = RP_PY_FRAME(0x7f0000001000 + byte(s) * 64ull, byte(s));
+			else
+				frames[i] = (i < ev->u.sample.nkernel ? 0xffffffff81000000ull : 0x400000ull) +
+					    byte(s) * 16u;
 		ev->u.sample.frames = frames;
 		break;
 	case RP_EV_COUNTER: {
@@ -117,6 +120,12 @@ static int next_event(struct script *s, struct rp_event *ev, uint64_t *ts, char 
 		ev->u.mapping.start = 0x400000;
 		ev->u.mapping.end = 0x400000 + (byte(s) + 1) * 4096ull;
 		ev->name = "/nonexistent/binary";
+		break;
+	case RP_EV_PY_CODE:
+		ev->u.py_code.code = 0x7f0000001000 + byte(s) * 64ull;
+		ev->u.py_code.lasti = byte(s);
+		ev->u.py_code.line = byte(s);
+		ev->name = byte(s) & 1 ? "step\t/srv/train.py" : "no tab";
 		break;
 	default:
 		break;

@@ -86,6 +86,11 @@ static void assert_event_equal(const struct rp_event *want, const struct rp_even
 		assert_memory_equal(want->u.mapping.build_id, got->u.mapping.build_id,
 				    want->u.mapping.build_id_len);
 		break;
+	case RP_EV_PY_CODE:
+		assert_true(want->u.py_code.code == got->u.py_code.code);
+		assert_int_equal(want->u.py_code.lasti, got->u.py_code.lasti);
+		assert_int_equal(want->u.py_code.line, got->u.py_code.line);
+		break;
 	default:
 		break;
 	}
@@ -194,6 +199,13 @@ static size_t all_kinds(struct rp_event *e)
 		.u.mapping = {.start = UINT64_MAX - 1, .end = UINT64_MAX, .offset = UINT64_MAX,
 			      .build_id = {0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89},
 			      .build_id_len = 8}};
+	e[n++] = (struct rp_event){
+		.kind = RP_EV_PY_CODE, .ts = 4700, .pid = 1, .tid = 1,
+		.name = "Trainer.step\t/srv/train.py",
+		.u.py_code = {.code = 0x7f12345678a0, .lasti = 42, .line = 117}};
+	e[n++] = (struct rp_event){
+		.kind = RP_EV_PY_CODE, .ts = 4701, .pid = 1, .tid = 1, .name = "<module>\t<string>",
+		.u.py_code = {.code = RP_PY_CODE_MASK, .lasti = RP_PY_LASTI_MAX, .line = UINT32_MAX}};
 	return n;
 }
 
@@ -356,6 +368,9 @@ static void api_errors(void **state)
 	struct rp_event bad[] = {
 		{.kind = 0},
 		{.kind = RP_EV_KIND_MAX + 1},
+		{.kind = 13}, /* reserved */
+		{.kind = RP_EV_PY_CODE, .u.py_code = {.code = RP_PY_CODE_MASK + 1}},
+		{.kind = RP_EV_PY_CODE, .u.py_code = {.lasti = RP_PY_LASTI_MAX + 1}},
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = RP_STACK_MAX + 1, .frames = frames}},
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = 2, .nkernel = 3, .frames = frames}},
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = 2, .frames = NULL}},
@@ -810,6 +825,8 @@ static void seed_chunks(void **state)
 	write_seed(dir, "all-kinds.raw", plain, RP_CHUNK_HEADER_SIZE + (size_t)rawlen);
 
 	for (size_t k = 1; k <= RP_EV_KIND_MAX; k++) {
+		if (k == 13) /* reserved */
+			continue;
 		size_t m = 0;
 		for (size_t i = 0; i < n; i++) {
 			if (evs[i].kind != k)

@@ -1,0 +1,34 @@
+"""A Python workload with a known call chain: outer -> middle -> leaf_fib
+burns most of the CPU, outer -> middle -> string_work the rest.  Runs for
+the seconds given (default 4) and prints its pid first."""
+import sys
+import time
+
+
+def leaf_fib(n):
+    return n if n < 2 else leaf_fib(n - 1) + leaf_fib(n - 2)
+
+
+def string_work():
+    s = ""
+    for i in range(2000):
+        s += str(i)
+    return len(s)
+
+
+def middle(k):
+    if k % 4:
+        return leaf_fib(18)
+    return string_work()
+
+
+def outer(seconds):
+    end = time.monotonic() + seconds
+    k = 0
+    while time.monotonic() < end:
+        middle(k)
+        k += 1
+
+
+print(__import__("os").getpid(), flush=True)
+outer(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0)
