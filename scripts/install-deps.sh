@@ -37,9 +37,11 @@ fi
 
 # Python: the test runner, and the real readers the exporters' tests use
 # (XProf's converter, Perfetto's trace schema), the XLA pull tests' peers (CPU JAX
-# with its profiler server, grpcio for the misbehaving servers), at the versions the tests
+# with its profiler server, grpcio for the misbehaving servers), py-spy (the Python
+# frames' peer), at the versions the tests
 # were written against, so that a new release cannot change a CI run.
-python_pins=(pytest==9.2.0 xprof==2.24.2 perfetto==0.59.1 jax==0.10.2 jaxlib==0.10.2 grpcio==1.85.3)
+python_pins=(pytest==9.2.0 xprof==2.24.2 perfetto==0.59.1 jax==0.10.2 jaxlib==0.10.2 grpcio==1.85.3
+             py-spy==0.4.3)
 for pin in "${python_pins[@]}"; do
   name=${pin%%==*} want=${pin##*==}
   have=$(python3 -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
