@@ -643,7 +643,9 @@ static void put_header(struct jout *o)
 	PUT(o, "],\n\"device_info\":[");
 	for (size_t d = 0; d < rp_reader_device_count(r); d++) {
 		const struct rp_device_identity *id = rp_reader_device_identity(r, d);
-		PUT(o, d ? ",{\"device\":" : "{\"device\":");
+		if (d)
+			PUT(o, ",");
+		PUT(o, "{\"device\":");
 		put_str(o, rp_reader_device_name(r, d));
 		PUT(o, ",\"kind\":");
 		put_str(o, rp_device_kind_name(id->kind));
