@@ -59,6 +59,7 @@ struct device {
 	/* Kind and index from the name table; the uid is the first a
 	 * producer gave (ingest thread only once the device is published). */
 	struct rp_device_identity id;
+	char uid_warned[RP_DEVICE_UID_MAX + 1]; /* the other uid logged last */
 	uint64_t budget;
 	struct rp_ringfile *rf;
 	struct rp_drain *drain;          /* ingest thread only */
@@ -359,6 +360,10 @@ static void note_device_uid(struct device *d, const char *uid, uint32_t pid)
 	if (!uid[0] || strcmp(uid, d->id.uid) == 0)
 		return;
 	if (d->id.uid[0]) {
+		/* One line per other uid, not one per producer thread. */
+		if (strcmp(uid, d->uid_warned) == 0)
+			return;
+		snprintf(d->uid_warned, sizeof(d->uid_warned), "%s", uid);
 		fprintf(stderr, "ringprofd: ring %s: producer pid %u names device uid %s, but the "
 			"ring holds device %s: its events go to the ring all the same; give each "
 			"device its own ring name\n", d->name, pid, uid, d->id.uid);
