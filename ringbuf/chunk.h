@@ -60,8 +60,9 @@ int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *buf, size_t len,
 /* Note the device_info events among the first RP_CHUNK_HEAD_BYTES of the
  * chunk's payload into id (rp_device_identity_note), decompressing no
  * more than that: cheap enough to run on every chunk a session copies.
- * Returns 1 when id changed, 0 when not, -EBADMSG with a message when the
- * chunk fails its checks.  Leaves the reader with nothing loaded. */
+ * Returns 1 when id changed, 0 when not, or rp_chunk_header_check's
+ * error (-EBADMSG corrupt, -EPROTONOSUPPORT newer), -EBADMSG for a payload
+ * that does not decompress.  Leaves the reader with nothing loaded. */
 int rp_chunk_reader_device_info(struct rp_chunk_reader *r, const void *buf, size_t len,
 				struct rp_device_identity *id, struct rp_err *err);
 /* The loaded chunk's header; NULL unless the last load succeeded. */
