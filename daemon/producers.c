@@ -81,7 +81,8 @@ static int serve_one(struct rp_producers *p, int conn)
 	int fd = rp_shmring_take_fd(ring);
 	/* A pid the producer sees as the daemon does: so are its tids. */
 	bool own_tid = hello.pid == (uint32_t)peer.pid;
-	rc = rp_rings_attach(p->rings, hello.device, ring, own_tid, hello.thread_name, &err);
+	rc = rp_rings_attach(p->rings, hello.device, hello.device_uid, ring, own_tid,
+			     hello.thread_name, &err);
 	if (rc == 0) {
 		(void)rp_hello_reply(conn, 0, "ok", fd);
 	} else {

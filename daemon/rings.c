@@ -42,6 +42,10 @@
 struct device {
 	char name[64];
 	char path[PATH_MAX];
+	/* Kind and index from the name table; the uid is the first a
+	 * producer gave (ingest thread only once the device is published). */
+	struct rp_device_identity id;
+	char uid_warned[RP_DEVICE_UID_MAX + 1]; /* the other uid logged last */
 	uint64_t budget;
 	struct rp_ringfile *rf;
 	struct rp_drain *drain;          /* ingest thread only */
@@ -61,6 +65,7 @@ struct pending {
 	bool own;                        /* the daemon's (rp_collector_env) */
 	char thread_name[64];
 	char process_name[64];
+	char device_uid[RP_DEVICE_UID_MAX + 1];
 };
 
 /* A collector of the registry as this module runs it. */
@@ -114,28 +119,28 @@ struct rp_rings {
 };
 
 /* Device names producers may have rings for: squatted names would
- * preallocate ring files that persist.  "host", a kind with an index up to
- * [producers] device_index_max, or a name with a [ring.NAME] section. */
-static const char *const indexed_kinds[] = { "gpu", "tpu", "nc" };
+ * preallocate ring files that persist.  "host", gpuN, tpuN or ncN (the
+ * name table, rp_device_identify, which also says what the ring holds)
+ * with N up to [producers] device_index_max, or a name with a [ring.NAME]
+ * section. */
 #define DEVICE_NAMES_HELP "host, gpuN, tpuN or ncN"
 
 static bool device_allowed(const struct rp_config *cfg, const char *name)
 {
-	if (!strcmp(name, "host"))
-		return true;
 	for (unsigned i = 0; i < cfg->nrings; i++)
 		if (!strcmp(cfg->rings[i].device, name))
 			return true;
-	for (size_t k = 0; k < sizeof(indexed_kinds) / sizeof(indexed_kinds[0]); k++) {
-		size_t n = strlen(indexed_kinds[k]);
-		const char *digits = name + n;
-		size_t ndigits = strspn(digits, "0123456789");
-		if (strncmp(name, indexed_kinds[k], n) || !ndigits || digits[ndigits] ||
-		    ndigits > 4 || (digits[0] == '0' && ndigits > 1))
-			continue;
-		return strtoul(digits, NULL, 10) <= cfg->producer_device_index_max;
+	struct rp_device_identity id;
+	switch (rp_device_identify(name, &id)) {
+	case RP_DEVICE_HOST:
+		return true;
+	case RP_DEVICE_GPU:
+	case RP_DEVICE_TPU:
+	case RP_DEVICE_NEURON_CORE:
+		return id.index <= cfg->producer_device_index_max;
+	default:
+		return false;
 	}
-	return false;
 }
 
 static int check_device_name(const struct rp_config *cfg, const char *name, struct rp_err *err)
@@ -217,13 +222,27 @@ static void ring_detached(void *ctx, const struct rp_shmring *ring)
 	unaccount_ring(ctx, ring);
 }
 
-static int open_device(struct rp_rings *r, const char *name, struct device **out,
-		       struct rp_err *err)
+/* The ring's device_info, repeated in every chunk: what any window of
+ * the ring needs to say which device it holds. */
+static int record_identity(struct device *d, struct rp_err *err)
+{
+	struct rp_event ev = {
+		.kind = RP_EV_DEVICE_INFO, .ts = rp_clock_now_ns(), .name = d->id.uid,
+		.u.device = { .kind = d->id.kind, .index = d->id.index },
+	};
+	return rp_drain_add_sticky(d->drain, &ev, err);
+}
+
+/* uid: the stable id the first producer gave, "" when none. */
+static int open_device(struct rp_rings *r, const char *name, const char *uid,
+		       struct device **out, struct rp_err *err)
 {
 	struct device *d = calloc(1, sizeof(*d));
 	if (!d)
 		return rp_err_set(err, -ENOMEM, "out of memory opening ring %s", name);
 	snprintf(d->name, sizeof(d->name), "%s", name);
+	(void)rp_device_identify(name, &d->id);
+	snprintf(d->id.uid, sizeof(d->id.uid), "%s", uid);
 	if ((size_t)snprintf(d->path, sizeof(d->path), "%s/%s.ring", r->cfg->state_dir, name) >=
 	    sizeof(d->path)) {
 		free(d);
@@ -253,6 +272,9 @@ static int open_device(struct rp_rings *r, const char *name, struct device **out
 	struct rp_drain_opts dopts = { .seal_interval_ns = r->cfg->seal_interval_ns,
 				       .on_detach = ring_detached, .detach_ctx = r };
 	rc = rp_drain_new(d->rf, &dopts, &d->drain, err);
+	/* Not published yet: the drain is still this thread's. */
+	if (rc == 0 && (rc = record_identity(d, err)) < 0)
+		rp_drain_free(d->drain);
 	if (rc < 0) {
 		rp_ringfile_close(d->rf);
 		free(d);
@@ -275,8 +297,8 @@ static struct device *find_device(struct rp_rings *r, const char *name)
 /* Find or create the device; creation is published only once complete.
  * max: how many devices there may be with it (a producer's may not pass
  * [producers] max_devices). */
-static int get_device(struct rp_rings *r, const char *name, unsigned max, struct device **out,
-		      struct rp_err *err)
+static int get_device(struct rp_rings *r, const char *name, const char *uid, unsigned max,
+		      struct device **out, struct rp_err *err)
 {
 	int rc = rp_check_name(name, 63, "device name", err);
 	if (rc < 0)
@@ -289,7 +311,7 @@ static int get_device(struct rp_rings *r, const char *name, unsigned max, struct
 		if (n >= max)
 			rc = rp_err_set(err, -ENOSPC, "too many device rings (%u): cannot add '%s'; "
 					"raise [producers] max_devices", n, name);
-		else if ((rc = open_device(r, name, &d, err)) == 0) {
+		else if ((rc = open_device(r, name, uid, &d, err)) == 0) {
 			r->devices[n] = d;
 			atomic_store_explicit(&r->ndevices, n + 1, memory_order_release);
 			fprintf(stderr, "ringprofd: ring %s: %s (%llu MiB)\n", name, d->path,
@@ -322,10 +344,35 @@ static bool producer_gone(const struct rp_shmring *ring, void *ctx)
 	return own_tids && syscall(SYS_tgkill, (pid_t)pid, (pid_t)tid, 0) < 0 && errno == ESRCH;
 }
 
+/* A ring keeps the first uid it is given: its recorded history is of that
+ * device.  Another uid for the same device name is a producer that
+ * disagrees about what gpuN is (another numbering, CUDA_VISIBLE_DEVICES):
+ * its events still go to the ring, and the log says so. */
+static void note_device_uid(struct device *d, const char *uid, uint32_t pid)
+{
+	if (!uid[0] || strcmp(uid, d->id.uid) == 0)
+		return;
+	if (d->id.uid[0]) {
+		/* One line per other uid, not one per producer thread. */
+		if (strcmp(uid, d->uid_warned) == 0)
+			return;
+		snprintf(d->uid_warned, sizeof(d->uid_warned), "%s", uid);
+		fprintf(stderr, "ringprofd: ring %s: producer pid %u names device uid %s, but the "
+			"ring holds device %s: its events go to the ring all the same; give each "
+			"device its own ring name\n", d->name, pid, uid, d->id.uid);
+		return;
+	}
+	snprintf(d->id.uid, sizeof(d->id.uid), "%s", uid);
+	struct rp_err err = { 0 };
+	if (record_identity(d, &err) < 0)
+		fprintf(stderr, "ringprofd: ring %s: %s\n", d->name, err.msg);
+}
+
 static void attach_pending(struct rp_rings *r, struct pending *p)
 {
 	uint64_t now = rp_clock_now_ns();
 	uint32_t pid = rp_shmring_pid(p->ring), tid = rp_shmring_tid(p->ring);
+	note_device_uid(p->dev, p->device_uid, pid);
 	if (p->process_name[0]) {
 		struct rp_event ev = { .kind = RP_EV_PROCESS_NAME, .ts = now, .pid = pid,
 				       .tid = pid, .name = p->process_name };
@@ -416,8 +463,9 @@ static void poll_collectors(struct rp_rings *r, bool rate_request, unsigned hz,
 
 /* A producer ring of the daemon's own (see rp_collector_env): attached
  * like a producer's, not counted against [producers]. */
-static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring *ring,
-		       bool own_tid, const char *thread_name, bool accounted, struct rp_err *err);
+static int attach_ring(struct rp_rings *r, const char *device, const char *device_uid,
+		       struct rp_shmring *ring, bool own_tid, const char *thread_name, bool accounted,
+		       struct rp_err *err);
 
 static int own_producer_ring(void *ctx, const char *device, size_t data_size,
 			     struct rp_shmring **out, struct rp_err *err)
@@ -429,7 +477,7 @@ static int own_producer_ring(void *ctx, const char *device, size_t data_size,
 		return rc;
 	rc = rp_shmring_map(rp_shmring_fd(drained), &written, err);
 	if (rc == 0)
-		rc = attach_ring(r, device, drained, false, "", false, err);
+		rc = attach_ring(r, device, "", drained, false, "", false, err);
 	if (rc < 0) {
 		rp_shmring_close(written);
 		rp_shmring_close(drained);
@@ -464,7 +512,7 @@ static int start_collectors(struct rp_rings *r, struct rp_err *err)
 		}
 		struct rp_err why = { 0 };
 		struct device *d;
-		int rc = get_device(r, ops->device, RP_MAX_DEVICES, &d, &why);
+		int rc = get_device(r, ops->device, "", RP_MAX_DEVICES, &d, &why);
 		if (rc == 0)
 			rc = ops->start(&r->env, &c->state, &why);
 		if (rc == 0) {
@@ -674,7 +722,7 @@ static void recover_ring(struct rp_rings *r, int dirfd, const char *file)
 	struct rp_err err = { 0 };
 	struct device *d;
 	bool allowed = device_allowed(r->cfg, device);
-	int rc = allowed ? get_device(r, device, RP_MAX_DEVICES, &d, &err)
+	int rc = allowed ? get_device(r, device, "", RP_MAX_DEVICES, &d, &err)
 			 : rp_err_set(&err, -EPERM, "%s/%s is not the ring of a device ringprofd "
 				      "keeps (" DEVICE_NAMES_HELP ", [ring.NAME] sections)",
 				      r->cfg->state_dir, file);
@@ -685,7 +733,7 @@ static void recover_ring(struct rp_rings *r, int dirfd, const char *file)
 		return;
 	}
 	quarantine(r, dirfd, file, &err);
-	if (allowed && get_device(r, device, RP_MAX_DEVICES, &d, &err) < 0)
+	if (allowed && get_device(r, device, "", RP_MAX_DEVICES, &d, &err) < 0)
 		fprintf(stderr, "ringprofd: ring %s: %s\n", device, err.msg);
 }
 
@@ -770,7 +818,7 @@ int rp_rings_start(const struct rp_config *cfg, struct rp_rings **out, struct rp
 	if (rc == 0)
 		rc = recover_rings(r, err);
 	if (rc == 0)
-		rc = get_device(r, "host", RP_MAX_DEVICES, &host, err);
+		rc = get_device(r, "host", "", RP_MAX_DEVICES, &host, err);
 	if (rc == 0 && strcmp(r->devices[0]->name, "host") != 0) {
 		/* Status lists the host ring first. */
 		for (unsigned i = 1; i < atomic_load(&r->ndevices); i++)
@@ -818,15 +866,17 @@ static void read_comm(uint32_t pid, char *out, size_t len)
 
 /* accounted: a workload's ring, counted against the [producers] limits;
  * else one of the daemon's own. */
-static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring *ring,
-		       bool own_tid, const char *thread_name, bool accounted, struct rp_err *err)
+static int attach_ring(struct rp_rings *r, const char *device, const char *device_uid,
+		       struct rp_shmring *ring, bool own_tid, const char *thread_name, bool accounted,
+		       struct rp_err *err)
 {
 	struct device *d = NULL;
 	unsigned max_devices = accounted ? r->cfg->producer_max_devices : RP_MAX_DEVICES;
 	int rc = check_device_name(r->cfg, device, err);
 	if (rc == 0 && accounted)
 		rc = account_ring(r, ring, own_tid, err);
-	if (rc == 0 && (rc = get_device(r, device, max_devices, &d, err)) < 0 && accounted)
+	if (rc == 0 && (rc = get_device(r, device, device_uid, max_devices, &d, err)) < 0 &&
+	    accounted)
 		unaccount_ring(r, ring);
 	struct pending *p = rc == 0 ? calloc(1, sizeof(*p)) : NULL;
 	if (rc == 0 && !p) {
@@ -844,6 +894,7 @@ static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring
 	p->ring = ring;
 	p->own = !accounted;
 	snprintf(p->thread_name, sizeof(p->thread_name), "%s", thread_name ? thread_name : "");
+	snprintf(p->device_uid, sizeof(p->device_uid), "%s", device_uid ? device_uid : "");
 	read_comm(rp_shmring_pid(ring), p->process_name, sizeof(p->process_name));
 	pthread_mutex_lock(&r->lock);
 	p->next = r->pending;
@@ -853,10 +904,11 @@ static int attach_ring(struct rp_rings *r, const char *device, struct rp_shmring
 	return 0;
 }
 
-int rp_rings_attach(struct rp_rings *r, const char *device, struct rp_shmring *ring,
-		    bool own_tid, const char *thread_name, struct rp_err *err)
+int rp_rings_attach(struct rp_rings *r, const char *device, const char *device_uid,
+		    struct rp_shmring *ring, bool own_tid, const char *thread_name,
+		    struct rp_err *err)
 {
-	return attach_ring(r, device, ring, own_tid, thread_name, true, err);
+	return attach_ring(r, device, device_uid, ring, own_tid, thread_name, true, err);
 }
 
 void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx)

@@ -68,13 +68,15 @@ void rp_rings_stop(struct rp_rings *r);
 
 /* Hand a producer ring (ownership passes on success only) to the ingest
  * thread, creating the device's ring file first when it is new.
- * thread_name may be "".  own_tid: the ring's tid is numbered in the
+ * device_uid: the device's stable id from the hello, "" for none; the
+ * device ring keeps the first it is given (a later different one is
+ * logged).  thread_name may be "".  own_tid: the ring's tid is numbered in the
  * daemon's pid namespace, so the ring is reaped when that thread exits
  * (else when its process does).  Refused, with a message naming the limit and its
  * key: a device not in the table (host, gpuN, tpuN, ncN, [ring.NAME]
  * sections), more than [producers] max_devices device rings, max_rings,
  * max_rings_per_process or max_shm. */
-RP_MUST_CHECK int rp_rings_attach(struct rp_rings *r, const char *device,
+RP_MUST_CHECK int rp_rings_attach(struct rp_rings *r, const char *device, const char *device_uid,
 		    struct rp_shmring *ring, bool own_tid, const char *thread_name,
 		    struct rp_err *err);
 /* Have the ingest thread show every event it takes in, on every device

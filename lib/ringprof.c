@@ -155,6 +155,11 @@ connect_ring(struct thread_state *t)
 		.tid = (uint32_t)gettid(),
 		.device = "host",
 	};
+	/* The device's stable id, for a workload that knows it; one that
+	 * does not fit is left out rather than cut into another id. */
+	const char *uid = getenv("RINGPROF_DEVICE_UID");
+	if (uid && strlen(uid) < sizeof(h.device_uid))
+		memcpy(h.device_uid, uid, strlen(uid));
 	if (t->name[0])
 		memcpy(h.thread_name, t->name, sizeof(h.thread_name));
 	else

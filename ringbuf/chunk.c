@@ -22,11 +22,8 @@ enum {
 	((1u << RP_EV_RANGE_BEGIN) | (1u << RP_EV_INSTANT) | (1u << RP_EV_COUNTER) | \
 	 (1u << RP_EV_GPU_ACTIVITY) | (1u << RP_EV_API_CALL) |                     \
 	 (1u << RP_EV_PROCESS_NAME) | (1u << RP_EV_THREAD_NAME) |                   \
-	 (1u << RP_EV_MAPPING) | (1u << RP_EV_PROCESS_CMDLINE) | (1u << RP_EV_PY_CODE))
-
-/* Kind numbers reserved for work elsewhere: no record of theirs is valid
- * yet. */
-#define RESERVED_KINDS (1u << 13)
+	 (1u << RP_EV_MAPPING) | (1u << RP_EV_PROCESS_CMDLINE) | (1u << RP_EV_DEVICE_INFO) | \
+	 (1u << RP_EV_PY_CODE))
 
 /* Most bytes one add can write: a thread definition (11) plus either a
  * string definition (258) and a mapping record (72), or a 127-frame stack
@@ -449,7 +446,7 @@ static inline uint64_t sat_add(uint64_t a, uint64_t b)
 static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool force)
 {
 	unsigned kind = ev->kind;
-	if (kind < 1 || kind > RP_EV_KIND_MAX || (RESERVED_KINDS >> kind & 1))
+	if (kind < 1 || kind > RP_EV_KIND_MAX)
 		return -EINVAL;
 	if (kind == RP_EV_CPU_SAMPLE &&
 	    (ev->u.sample.nframes > RP_STACK_MAX || ev->u.sample.nkernel > ev->u.sample.nframes ||
@@ -520,6 +517,10 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 		p = put_u(p, ev->u.py_code.code);
 		p = put_u(p, ev->u.py_code.lasti);
 		p = put_u(p, ev->u.py_code.line);
+		break;
+	case RP_EV_DEVICE_INFO:
+		*p++ = ev->u.device.kind;
+		p = put_u(p, ev->u.device.index);
 		break;
 	default: /* range begin/end, instant, process/thread name, cmdline: no more */
 		break;
@@ -633,6 +634,34 @@ int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *buf, size_t len,
 	}
 	reader_start(r, &h, h.raw_size);
 	return 0;
+}
+
+int rp_chunk_reader_device_info(struct rp_chunk_reader *r, const void *buf, size_t len,
+				struct rp_device_identity *id, struct rp_err *err)
+{
+	struct rp_chunk_header h;
+	r->loaded = false;
+	int rc = rp_chunk_header_check(buf, len, &h, err);
+	if (rc < 0)
+		return rc;
+	int head = h.raw_size < RP_CHUNK_HEAD_BYTES ? (int)h.raw_size : RP_CHUNK_HEAD_BYTES;
+	if (grow(&r->raw, &r->raw_cap, (size_t)head, 1) < 0)
+		return rp_err_set(err, -ENOMEM, "out of memory for a %d-byte chunk head", head);
+	int n = head ? LZ4_decompress_safe_partial((const char *)buf + RP_CHUNK_HEADER_SIZE,
+						   (char *)r->raw, (int)h.comp_size, head, head)
+		     : 0;
+	if (n < 0)
+		return rp_err_set(err, -EBADMSG, "corrupt chunk seq %llu: LZ4 payload does not "
+				  "decompress", (unsigned long long)h.seq);
+	reader_start(r, &h, (size_t)n);
+	bool changed = false;
+	struct rp_event ev;
+	/* The head ends inside a record or short of the header's event
+	 * count: what it holds up to there is what there is to see. */
+	while (rp_chunk_reader_next(r, &ev, NULL) == 1)
+		changed |= rp_device_identity_note(id, &ev);
+	r->loaded = false;
+	return changed;
 }
 
 /* Mark the chunk unreadable from here on and say why, with the offset. */
@@ -884,6 +913,14 @@ static int get_event(struct rp_chunk_reader *r, unsigned kind, struct rp_event *
 			return rc;
 		ev->u.py_code.line = (uint32_t)v;
 		break;
+	case RP_EV_DEVICE_INFO:
+		if (r->pos >= r->len)
+			return corrupt(r, err, "device kind runs past the end");
+		ev->u.device.kind = r->raw[r->pos++];
+		if ((rc = get_field(r, err, "device index", UINT32_MAX, &v)) < 0)
+			return rc;
+		ev->u.device.index = (uint32_t)v;
+		break;
 	default:
 		break;
 	}
@@ -919,7 +956,7 @@ int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev, struct 
 			rc = def_thread(r, err);
 			break;
 		default:
-			if (tag < 1 || tag > RP_EV_KIND_MAX || (RESERVED_KINDS >> tag & 1)) {
+			if (tag < 1 || tag > RP_EV_KIND_MAX) {
 				r->pos = at;
 				return corrupt(r, err, "unknown record tag 0x%02x", tag);
 			}

@@ -54,6 +54,17 @@ void rp_chunk_reader_free(struct rp_chunk_reader *r);
  * chunk is corrupt. */
 RP_MUST_CHECK int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *buf, size_t len,
 			 struct rp_err *err);
+/* How much of a chunk's payload rp_chunk_reader_device_info decodes: the
+ * writer puts the ring's device_info event there (ring-format.md 3.5). */
+#define RP_CHUNK_HEAD_BYTES 4096
+/* Note the device_info events among the first RP_CHUNK_HEAD_BYTES of the
+ * chunk's payload into id (rp_device_identity_note), decompressing no
+ * more than that: cheap enough to run on every chunk a session copies.
+ * Returns 1 when id changed, 0 when not, or rp_chunk_header_check's
+ * error (-EBADMSG corrupt, -EPROTONOSUPPORT newer), -EBADMSG for a payload
+ * that does not decompress.  Leaves the reader with nothing loaded. */
+int rp_chunk_reader_device_info(struct rp_chunk_reader *r, const void *buf, size_t len,
+				struct rp_device_identity *id, struct rp_err *err);
 /* The loaded chunk's header; NULL unless the last load succeeded. */
 const struct rp_chunk_header *rp_chunk_reader_header(const struct rp_chunk_reader *r);
 /* Next event: 1 and *ev filled (borrowed pointers valid until the next

@@ -237,12 +237,15 @@ static void meta_remove(struct meta_set *s, uint32_t i)
 
 /* Whether a replaces b: a mapping replaces the mappings of its process it
  * overlaps (the process mapped something else there); a name, the name of
- * its thread; any other sticky event, the one of the same name. */
+ * its thread; a device_info, the ring's earlier one; any other sticky
+ * event, the one of the same name. */
 static bool replaces(const struct rp_event *a, const struct meta *old)
 {
 	const struct rp_event *b = &old->ev;
 	if (a->kind != b->kind || a->pid != b->pid)
 		return false;
+	if (a->kind == RP_EV_DEVICE_INFO)
+		return true; /* a ring holds one device */
 	if (a->kind == RP_EV_MAPPING)
 		return a->u.mapping.start < b->u.mapping.end && b->u.mapping.start < a->u.mapping.end;
 	if (a->kind == RP_EV_PY_CODE)

@@ -6,6 +6,7 @@
 #ifndef RINGPROF_EVENT_H
 #define RINGPROF_EVENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum rp_event_kind {
@@ -24,7 +25,10 @@ enum rp_event_kind {
 	 * rings never carry these (RP_EV_PRODUCER_KIND_MAX). */
 	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process */
 	RP_EV_PROCESS_CMDLINE = 12, /* pid, name = command line, arguments joined by spaces */
-	/* 13 is reserved (RP_EV_DEVICE_INFO). */
+	/* What device the ring holds (pid 0, tid 0): name = its stable id
+	 * (NULL or "" when none), u.device.  The daemon repeats it in every
+	 * chunk of the ring. */
+	RP_EV_DEVICE_INFO = 13,
 	RP_EV_PY_CODE = 14,         /* pid, name = "qualname\tfile", u.py_code: what a Python
 				       frame of the process's samples runs (docs/python-frames.md) */
 	RP_EV_KIND_MAX = RP_EV_PY_CODE,
@@ -35,6 +39,16 @@ enum rp_gpu_activity_kind {
 	RP_GPU_KERNEL = 1,
 	RP_GPU_MEMCPY = 2,
 	RP_GPU_MEMSET = 3,
+};
+
+/* What kind of device a ring holds; the values are those of the
+ * device_info record (docs/ring-format.md).  0: not known. */
+enum rp_device_kind {
+	RP_DEVICE_HOST = 1,
+	RP_DEVICE_GPU = 2,
+	RP_DEVICE_TPU = 3,
+	RP_DEVICE_NEURON_CORE = 4,
+	RP_DEVICE_OTHER = 5,
 };
 
 /* Longest name kept; longer names are truncated on the way in. */
@@ -98,6 +112,10 @@ struct rp_event {
 			uint32_t lasti;       /* instruction offset, as in RP_PY_FRAME */
 			uint32_t line;        /* source line; 0: unknown */
 		} py_code;
+		struct {
+			uint32_t index;     /* gpuN, tpuN, ncN: N; 0 for the others */
+			uint8_t kind;       /* enum rp_device_kind */
+		} device;
 	} u;
 };
 
@@ -107,5 +125,28 @@ typedef int (*rp_event_fn)(void *ctx, const struct rp_event *ev);
 
 /* "range_begin", "cpu_sample", ...; "unknown" for anything else. */
 const char *rp_event_kind_name(unsigned kind);
+
+/* Longest stable device id (a GPU UUID "GPU-8f6e...", 40 bytes). */
+#define RP_DEVICE_UID_MAX 63
+
+/* What a ring holds: kind 0 when not known. */
+struct rp_device_identity {
+	uint8_t kind;       /* enum rp_device_kind */
+	uint32_t index;
+	char uid[RP_DEVICE_UID_MAX + 1]; /* "" when none */
+};
+
+/* The device-name table: "host"; "gpuN", "tpuN", "ncN" (N without
+ * leading zeros, up to 9 digits) as GPU, TPU, Neuron core N; any other
+ * name (a [ring.NAME] section) as "other", index 0.  Rings recorded before
+ * device_info events existed are read through it.  Returns id->kind. */
+enum rp_device_kind rp_device_identify(const char *name, struct rp_device_identity *id);
+/* "host", "gpu", "tpu", "neuron_core", "other"; "other" for unknown values. */
+const char *rp_device_kind_name(unsigned kind);
+/* Take a device_info event into id: the first one sets kind and index,
+ * and the first non-empty uid is kept (a ring gets its uid once; a later
+ * different one is ignored).  Other events leave id alone.  Returns
+ * whether id changed. */
+bool rp_device_identity_note(struct rp_device_identity *id, const struct rp_event *ev);
 
 #endif

@@ -79,6 +79,9 @@ struct device {
 	uint64_t chunks, events, dropped, lost;
 	uint64_t first_ts, last_ts;
 	uint64_t resume_ts;       /* first_ts of the last chunk written */
+	/* What the device is, from the device_info events at the head of
+	 * the chunks copied (kind 0: none seen yet). */
+	struct rp_device_identity id;
 	uint64_t held_from;       /* oldest data the ring held when added; UINT64_MAX: none */
 	double horizon_s;
 	struct provisional *prov;
@@ -599,6 +602,12 @@ static int write_chunk(struct rp_session *s, struct device *d, const void *chunk
 	int rc = count_window(s, chunk, len, h, s->end_ns, &events, &drops, err);
 	if (rc < 0)
 		return rc;
+	/* Until the device has a uid: a device's first uid may come after
+	 * its first chunk (a producer that attached later).  Only the
+	 * chunk's head is decoded, where the writer puts device_info; a chunk
+	 * that cannot be read there is copied all the same (readers skip it). */
+	if (!d->id.uid[0])
+		(void)rp_chunk_reader_device_info(s->reader, chunk, len, &d->id, NULL);
 	if (s->end_ns == UINT64_MAX) {
 		if (d->nprov == d->prov_cap) {
 			size_t cap = d->prov_cap ? d->prov_cap * 2 : 64;
@@ -1067,7 +1076,13 @@ static bool covered(const struct rp_session *s, uint64_t *start, uint64_t *end)
 static json_t *device_json(const struct device *d, bool manifest)
 {
 	json_t *o = json_object();
+	struct rp_device_identity id = d->id;
+	if (!id.kind) /* chunks recorded before device_info events, or none */
+		(void)rp_device_identify(d->name, &id);
 	json_object_set_new(o, "device", json_string(d->name));
+	json_object_set_new(o, "kind", json_string(rp_device_kind_name(id.kind)));
+	json_object_set_new(o, "index", json_integer(id.index));
+	json_object_set_new(o, "uid", json_string(id.uid));
 	json_object_set_new(o, "events", json_integer((json_int_t)d->events));
 	json_object_set_new(o, "chunks", json_integer((json_int_t)d->chunks));
 	json_object_set_new(o, "dropped", json_integer((json_int_t)d->dropped));

@@ -4,6 +4,9 @@
  *   host, session {id, run, kind, state, trigger}, clock {name,
  *   wall_offset_ns, profile_start_ns, profile_end_ns,
  *   profile_start_wall_ns, profile_end_wall_ns}, devices [name],
+ *   device_info [{device, kind, index, uid}] (parallel to devices: what
+ *     each is, kind host, gpu, tpu, neuron_core or other, uid "" when
+ *     it has no stable id),
  *   processes [{pid, name, cmdline, threads [{tid, name}]}],
  *   trace_events [{name, type, timestamp, duration, process_id,
  *     thread_id, device, group, args}],
@@ -636,6 +639,21 @@ static void put_header(struct jout *o)
 		if (d)
 			PUT(o, ",");
 		put_str(o, rp_reader_device_name(r, d));
+	}
+	PUT(o, "],\n\"device_info\":[");
+	for (size_t d = 0; d < rp_reader_device_count(r); d++) {
+		const struct rp_device_identity *id = rp_reader_device_identity(r, d);
+		if (d)
+			PUT(o, ",");
+		PUT(o, "{\"device\":");
+		put_str(o, rp_reader_device_name(r, d));
+		PUT(o, ",\"kind\":");
+		put_str(o, rp_device_kind_name(id->kind));
+		PUT(o, ",\"index\":");
+		put_u64(o, id->index);
+		PUT(o, ",\"uid\":");
+		put_str(o, id->uid);
+		PUT(o, "}");
 	}
 	PUT(o, "]");
 }

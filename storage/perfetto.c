@@ -171,9 +171,9 @@ struct pending {
 };
 
 struct device_info {
-	char label[96];  /* "synthhost", "GPU 0", "TPU 1", "neuron0" */
-	const char *kind; /* "GPU", "TPU", "device": names other devices' streams */
-	long number;      /* N of gpuN / tpuN, else -1 */
+	char label[192];  /* "synthhost", "GPU 0 (GPU-8f6e...)", "NeuronCore 2", "dev7" */
+	const char *kind; /* "GPU", "TPU", "NeuronCore", "device": names other devices' streams */
+	long number;      /* N of GPU, TPU, Neuron core N, else -1 */
 	bool host;
 };
 
@@ -971,19 +971,26 @@ static int on_event(void *ctx, const struct rp_reader_event *e)
 	}
 }
 
-/* "host" -> the host's name, "gpuN" -> "GPU N", "tpuN" -> "TPU N",
- * anything else as it is. */
-static void describe_device(struct device_info *d, const char *ring, const char *host)
+/* A ring's track name from its recorded identity: the host ring, the
+ * host's name; GPU, TPU and Neuron core N "GPU N", "TPU N",
+ * "NeuronCore N"; any other its ring name; then the stable id, when it
+ * has one, in parentheses: "GPU 1 (GPU-8f6e...)". */
+static void describe_device(struct device_info *d, const char *ring,
+			    const struct rp_device_identity *id, const char *host)
 {
-	unsigned n = 0;
-	enum rp_device_kind kind = rp_device_kind_of(ring, &n);
-	d->host = kind == RP_DEVICE_HOST;
-	d->kind = kind == RP_DEVICE_GPU ? "GPU" : kind == RP_DEVICE_TPU ? "TPU" : "device";
-	d->number = kind == RP_DEVICE_GPU || kind == RP_DEVICE_TPU ? (long)n : -1;
-	if (d->number >= 0)
-		snprintf(d->label, sizeof(d->label), "%s %ld", d->kind, d->number);
-	else
-		snprintf(d->label, sizeof(d->label), "%s", d->host ? host : ring);
+	static const char *const kinds[] = {
+		[RP_DEVICE_GPU] = "GPU", [RP_DEVICE_TPU] = "TPU", [RP_DEVICE_NEURON_CORE] = "NeuronCore",
+	};
+	d->host = id->kind == RP_DEVICE_HOST;
+	d->kind = id->kind < sizeof(kinds) / sizeof(kinds[0]) && kinds[id->kind] ? kinds[id->kind]
+										  : NULL;
+	d->number = d->kind ? (long)id->index : -1;
+	int n = d->kind ? snprintf(d->label, sizeof(d->label), "%s %ld", d->kind, d->number)
+			: snprintf(d->label, sizeof(d->label), "%s", d->host ? host : ring);
+	if (id->uid[0] && n > 0 && (size_t)n < sizeof(d->label))
+		snprintf(d->label + n, sizeof(d->label) - (size_t)n, " (%s)", id->uid);
+	if (!d->kind)
+		d->kind = "device";
 }
 
 int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping grouping,
@@ -1011,7 +1018,8 @@ int rp_write_perfetto(struct rp_reader *r, FILE *out, enum rp_perfetto_grouping 
 	if (!w->devices || !w->buf)
 		rc = nomem(w);
 	for (size_t d = 0; rc == 0 && d < ndev; d++)
-		describe_device(&w->devices[d], rp_reader_device_name(r, d), rp_reader_host(r));
+		describe_device(&w->devices[d], rp_reader_device_name(r, d),
+				rp_reader_device_identity(r, d), rp_reader_host(r));
 	if (rc == 0)
 		rc = clock_snapshot(w);
 	if (rc == 0)

@@ -45,6 +45,7 @@ struct rp_reader {
 	int64_t wall_offset;
 	size_t ndevices;
 	char **device_names, **device_paths;
+	struct rp_device_identity *device_ids;
 
 	struct name_entry *names; /* open addressing, mask + 1 slots */
 	size_t names_mask, nnames;
@@ -181,7 +182,8 @@ static void note_metadata(struct rp_reader *r, const struct rp_event *ev)
 static bool is_metadata(uint8_t kind)
 {
 	return kind == RP_EV_MAPPING || kind == RP_EV_PROCESS_NAME ||
-	       kind == RP_EV_PROCESS_CMDLINE || kind == RP_EV_THREAD_NAME || kind == RP_EV_PY_CODE;
+	       kind == RP_EV_PROCESS_CMDLINE || kind == RP_EV_THREAD_NAME || kind == RP_EV_PY_CODE ||
+	       kind == RP_EV_DEVICE_INFO;
 }
 
 /* Per chunk of one device's file: fn(ctx, event).  Corrupt chunks are
@@ -223,9 +225,9 @@ out:
 
 static int metadata_event(struct rp_reader *r, size_t device, const struct rp_event *ev, void *ctx)
 {
-	(void)device;
 	(void)ctx;
 	note_metadata(r, ev);
+	(void)rp_device_identity_note(&r->device_ids[device], ev);
 	return 0;
 }
 
@@ -245,6 +247,7 @@ void rp_reader_free(struct rp_reader *r)
 	}
 	free(r->device_names);
 	free(r->device_paths);
+	free(r->device_ids);
 	for (size_t i = 0; r->names && i <= r->names_mask; i++) {
 		free(r->names[i].name);
 		free(r->names[i].cmdline);
@@ -267,7 +270,8 @@ static int add_devices(struct rp_reader *r, struct rp_err *err)
 	size_t n = json_array_size(devs);
 	r->device_names = calloc(n ? n : 1, sizeof(char *));
 	r->device_paths = calloc(n ? n : 1, sizeof(char *));
-	if (!r->device_names || !r->device_paths)
+	r->device_ids = calloc(n ? n : 1, sizeof(*r->device_ids));
+	if (!r->device_names || !r->device_paths || !r->device_ids)
 		return rp_err_set(err, -ENOMEM, "out of memory");
 	size_t i;
 	json_t *dev;
@@ -317,6 +321,9 @@ int rp_reader_open(const char *session_dir, json_t *manifest, const struct rp_sy
 	for (size_t d = 0; d < r->ndevices; d++)
 		if ((rc = each_chunk_event(r, d, metadata_event, NULL, err)) < 0)
 			goto fail;
+	for (size_t d = 0; d < r->ndevices; d++)
+		if (!r->device_ids[d].kind) /* recorded before device_info events */
+			(void)rp_device_identify(r->device_names[d], &r->device_ids[d]);
 	if (r->nrates)
 		qsort(r->rates, r->nrates, sizeof(*r->rates), by_ts);
 	r->corrupt = 0; /* counted again by rp_reader_each */
@@ -358,28 +365,15 @@ size_t rp_reader_device_count(const struct rp_reader *r)
 	return r->ndevices;
 }
 
-enum rp_device_kind rp_device_kind_of(const char *name, unsigned *index)
-{
-	static const struct { const char *prefix; enum rp_device_kind kind; } numbered[] = {
-		{ "gpu", RP_DEVICE_GPU }, { "tpu", RP_DEVICE_TPU },
-	};
-	if (strcmp(name, "host") == 0)
-		return RP_DEVICE_HOST;
-	for (size_t i = 0; i < sizeof(numbered) / sizeof(numbered[0]); i++) {
-		const char *num = name + strlen(numbered[i].prefix);
-		size_t digits = strspn(num, "0123456789");
-		if (strncmp(name, numbered[i].prefix, strlen(numbered[i].prefix)) == 0 &&
-		    digits >= 1 && digits <= 9 && !num[digits]) {
-			*index = (unsigned)strtoul(num, NULL, 10);
-			return numbered[i].kind;
-		}
-	}
-	return RP_DEVICE_OTHER;
-}
-
 const char *rp_reader_device_name(const struct rp_reader *r, size_t device)
 {
 	return device < r->ndevices ? r->device_names[device] : NULL;
+}
+
+const struct rp_device_identity *rp_reader_device_identity(const struct rp_reader *r,
+							   size_t device)
+{
+	return device < r->ndevices ? &r->device_ids[device] : NULL;
 }
 
 static const struct name_entry *names_of(const struct rp_reader *r, uint32_t pid, uint32_t tid)

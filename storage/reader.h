@@ -45,12 +45,13 @@ int64_t rp_reader_wall_offset_ns(const struct rp_reader *r);
 
 size_t rp_reader_device_count(const struct rp_reader *r);
 
-/* What a ring's name says it is: "host", "gpuN" or "tpuN" (N, 1 to 9
- * digits, into *index), or another device named as it is ("neuron0"). */
-enum rp_device_kind { RP_DEVICE_HOST, RP_DEVICE_GPU, RP_DEVICE_TPU, RP_DEVICE_OTHER };
-enum rp_device_kind rp_device_kind_of(const char *name, unsigned *index);
 /* As the rings name them: "host", "gpu0", "tpu1", "neuron0", ... */
 const char *rp_reader_device_name(const struct rp_reader *r, size_t device);
+/* What the device is: kind, index and stable id from its device_info
+ * events, else (rings recorded before them) from its name
+ * (rp_device_identify).  NULL for an index out of range. */
+const struct rp_device_identity *rp_reader_device_identity(const struct rp_reader *r,
+							   size_t device);
 
 /* Names recorded for a process or thread, NULL when none was. */
 const char *rp_reader_process_name(const struct rp_reader *r, uint32_t pid);

@@ -471,6 +471,31 @@ static const char *mtext(json_t *o, const char *key, char buf[TEXT_MAX])
 	return s ? rp_text_escape(s, buf, TEXT_MAX) : "(null)";
 }
 
+/* What a device is, "gpu 1 GPU-8f6e...": the identity the reader
+ * found, or for a device without data in the window what its name says. */
+static const char *device_text(const struct rp_reader *r, const char *name, char *buf, size_t len)
+{
+	struct rp_device_identity named;
+	const struct rp_device_identity *id = NULL;
+	for (size_t d = 0; name && !id && d < rp_reader_device_count(r); d++)
+		if (strcmp(rp_reader_device_name(r, d), name) == 0)
+			id = rp_reader_device_identity(r, d);
+	if (!id) {
+		(void)rp_device_identify(name ? name : "", &named);
+		id = &named;
+	}
+	char uid[TEXT_MAX];
+	if (id->kind == RP_DEVICE_HOST || id->kind == RP_DEVICE_OTHER)
+		snprintf(buf, len, "%s", rp_device_kind_name(id->kind));
+	else
+		snprintf(buf, len, "%s %u", rp_device_kind_name(id->kind), id->index);
+	if (id->uid[0]) {
+		size_t n = strlen(buf);
+		snprintf(buf + n, len - n, " %s", rp_text_escape(id->uid, uid, sizeof(uid)));
+	}
+	return buf;
+}
+
 static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt)
 {
 	char a[TEXT_MAX], b[TEXT_MAX], c[TEXT_MAX], d[TEXT_MAX];
@@ -486,14 +511,16 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 	fprintf(out, "trigger    %s%s%s\n", mtext(trigger, "source", a), reason ? ": " : "",
 		reason ? rp_text_escape(reason, b, sizeof(b)) : "");
 	print_filter(out, t->r);
-	fprintf(out, "\n%-12s %12s %10s %8s\n", "device", "events", "dropped", "lost");
+	fprintf(out, "\n%-12s %12s %10s %8s  %s\n", "device", "events", "dropped", "lost", "is");
 	size_t i;
 	json_t *dev;
 	json_array_foreach(json_object_get(m, "devices"), i, dev)
-		fprintf(out, "%-12s %12lld %10lld %8lld\n", mtext(dev, "device", a),
+		fprintf(out, "%-12s %12lld %10lld %8lld  %s\n", mtext(dev, "device", a),
 			json_integer_value(json_object_get(dev, "events")),
 			json_integer_value(json_object_get(dev, "dropped")),
-			json_integer_value(json_object_get(dev, "lost_chunks")));
+			json_integer_value(json_object_get(dev, "lost_chunks")),
+			device_text(t->r, json_string_value(json_object_get(dev, "device")), b,
+				    sizeof(b)));
 
 	if (t->nstats)
 		qsort(t->stats, t->nstats, sizeof(*t->stats), by_total_desc);

@@ -3,8 +3,10 @@
  *
  * Planes: /host:CPU (a line per thread: its annotation ranges, instants
  * and runtime API calls, whichever ring they came from; under it a line
- * of the thread's CPU samples), /device:GPU:<n>, /device:TPU:<n> or
- * /device:CUSTOM:<name> per device ring (a line per GPU stream), a
+ * of the thread's CPU samples), /device:GPU:<n>, /device:TPU:<n>,
+ * /device:CUSTOM:NeuronCore <n> or /device:CUSTOM:<name> per device ring
+ * as its recorded identity says (a line per GPU stream; the device's
+ * stable id, when it has one, as the plane's device_uid stat), a
  * _counters_ line on the plane of the ring that recorded each counter,
  * and Task Environment with the profile's start and stop (epoch ns).
  * Line timestamps are 0, the profile start: an event's offset_ps is its
@@ -78,7 +80,8 @@ enum stat_id {
 	ST_SAMPLES,
 	ST_START,
 	ST_STOP,
-	NSTATS = ST_STOP,
+	ST_DEVICE_UID,
+	NSTATS = ST_DEVICE_UID,
 };
 
 static const char *const stat_names[NSTATS + 1] = {
@@ -92,6 +95,7 @@ static const char *const stat_names[NSTATS + 1] = {
 	[ST_SAMPLES] = "samples",
 	[ST_START] = "profile_start_time",
 	[ST_STOP] = "profile_stop_time",
+	[ST_DEVICE_UID] = "device_uid",
 };
 
 /* In the order lines are shown within a plane. */
@@ -183,6 +187,7 @@ struct event_name {
 /* Event metadata names of a plane: id = index + 1. */
 struct plane {
 	char name[RP_NAME_MAX + 32];
+	const char *uid; /* the device's stable id, NULL when none; the reader's */
 	struct event_name *names;
 	size_t nnames, names_cap;
 	struct name_slot *slots; /* open addressing */
@@ -996,6 +1001,14 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 		rc = split_line(w, idx[i], &outs, &nouts, &outs_cap);
 	if (rc < 0 || (!nouts && p != 0 && !nstats))
 		goto out; /* a device without events in the window shows nothing */
+	Tensorflow__Profiler__XStat uid = TENSORFLOW__PROFILER__XSTAT__INIT, *uidp = &uid;
+	if (!nstats && pl->uid) {
+		uid.metadata_id = ST_DEVICE_UID;
+		uid.value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_STR_VALUE;
+		uid.str_value = (char *)pl->uid;
+		stats = &uidp;
+		nstats = 1;
+	}
 
 	Tensorflow__Profiler__XPlane xp = TENSORFLOW__PROFILER__XPLANE__INIT;
 	Tensorflow__Profiler__XPlane__StatMetadataEntry se[NSTATS], *sep[NSTATS];
@@ -1058,20 +1071,24 @@ out:
 	return rc;
 }
 
-static void plane_name(const char *dev, char *buf, size_t len)
+static void plane_name(const char *dev, const struct rp_device_identity *id, char *buf,
+		       size_t len)
 {
-	unsigned n = 0;
-	switch (rp_device_kind_of(dev, &n)) {
+	switch (id->kind) {
 	case RP_DEVICE_HOST:
 		snprintf(buf, len, "/host:CPU");
 		break;
 	case RP_DEVICE_GPU:
-		snprintf(buf, len, "/device:GPU:%u", n);
+		snprintf(buf, len, "/device:GPU:%u", id->index);
 		break;
 	case RP_DEVICE_TPU:
-		snprintf(buf, len, "/device:TPU:%u", n);
+		snprintf(buf, len, "/device:TPU:%u", id->index);
 		break;
-	case RP_DEVICE_OTHER:
+	case RP_DEVICE_NEURON_CORE:
+		/* XProf knows no Neuron planes: a custom one it shows by name. */
+		snprintf(buf, len, "/device:CUSTOM:NeuronCore %u", id->index);
+		break;
+	default:
 		snprintf(buf, len, "/device:CUSTOM:%s", dev);
 		break;
 	}
@@ -1086,14 +1103,15 @@ static int make_planes(struct xw *w)
 	if (!w->planes || !w->dev_plane)
 		return nomem(w);
 	w->nplanes = 1;
-	plane_name("host", w->planes[0].name, sizeof(w->planes[0].name));
+	snprintf(w->planes[0].name, sizeof(w->planes[0].name), "/host:CPU");
 	for (size_t d = 0; d < n; d++) {
-		const char *dev = rp_reader_device_name(w->r, d);
-		if (strcmp(dev, "host") == 0)
+		const struct rp_device_identity *id = rp_reader_device_identity(w->r, d);
+		if (id->kind == RP_DEVICE_HOST)
 			continue;
-		w->dev_plane[d] = w->nplanes;
-		plane_name(dev, w->planes[w->nplanes].name, sizeof(w->planes[0].name));
-		w->nplanes++;
+		struct plane *pl = &w->planes[w->nplanes];
+		w->dev_plane[d] = w->nplanes++;
+		plane_name(rp_reader_device_name(w->r, d), id, pl->name, sizeof(pl->name));
+		pl->uid = id->uid[0] ? id->uid : NULL;
 	}
 	return 0;
 }

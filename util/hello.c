@@ -1,7 +1,7 @@
 /* The producer handshake (hello.h).
  *
- * hello (144): magic[8] "RPHELLO1" | version u32 | pid u32 | tid u32 |
- *              ring_size u32 | device[64] | thread_name[56]
+ * hello (208): magic[8] "RPHELLO1" | version u32 | pid u32 | tid u32 |
+ *              ring_size u32 | device[64] | thread_name[56] | device_uid[64]
  * reply (264): magic[8] "RPREPLY1" | status i32 | reserved u32 | message[248]
  *
  * Fields are encoded byte by byte (little-endian), never by casting a
@@ -27,9 +27,10 @@ static const char reply_magic[8] = "RPREPLY1";
 enum {
 	H_VERSION = 8, H_PID = 12, H_TID = 16, H_RING_SIZE = 20, H_DEVICE = 24,
 	H_THREAD = H_DEVICE + RP_HELLO_DEVICE_LEN,
+	H_DEVICE_UID = H_THREAD + RP_HELLO_THREAD_LEN,
 	R_STATUS = 8, R_MESSAGE = 16,
 };
-_Static_assert(H_THREAD + RP_HELLO_THREAD_LEN == RP_HELLO_SIZE, "hello layout");
+_Static_assert(H_DEVICE_UID + RP_HELLO_DEVICE_UID_LEN == RP_HELLO_SIZE, "hello layout");
 _Static_assert(R_MESSAGE + RP_REPLY_MESSAGE_LEN == RP_REPLY_SIZE, "reply layout");
 
 /* Bound on every blocking step of the producer side. */
@@ -190,10 +191,12 @@ int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
 	put32(msg + H_TID, hello->tid);
 	put32(msg + H_RING_SIZE, hello->ring_size);
 	if (!put_str(msg + H_DEVICE, RP_HELLO_DEVICE_LEN, hello->device) ||
-	    !put_str(msg + H_THREAD, RP_HELLO_THREAD_LEN, hello->thread_name))
-		return rp_err_set(err, -ENAMETOOLONG, "device or thread name in the hello "
-				  "is not NUL-terminated within its field (%d and %d bytes)",
-				  RP_HELLO_DEVICE_LEN, RP_HELLO_THREAD_LEN);
+	    !put_str(msg + H_THREAD, RP_HELLO_THREAD_LEN, hello->thread_name) ||
+	    !put_str(msg + H_DEVICE_UID, RP_HELLO_DEVICE_UID_LEN, hello->device_uid))
+		return rp_err_set(err, -ENAMETOOLONG, "device name, thread name or device uid in "
+				  "the hello is not NUL-terminated within its field (%d, %d and %d "
+				  "bytes)", RP_HELLO_DEVICE_LEN, RP_HELLO_THREAD_LEN,
+				  RP_HELLO_DEVICE_UID_LEN);
 
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -265,9 +268,10 @@ int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
 				  "ringprofd speaks version %d): use matching ringprof "
 				  "versions", version, RP_HELLO_VERSION);
 	if (!memchr(buf + H_DEVICE, 0, RP_HELLO_DEVICE_LEN) ||
-	    !memchr(buf + H_THREAD, 0, RP_HELLO_THREAD_LEN))
-		return rp_err_set(err, -EPROTO, "the hello's device or thread name is not "
-				  "NUL-terminated within its field");
+	    !memchr(buf + H_THREAD, 0, RP_HELLO_THREAD_LEN) ||
+	    !memchr(buf + H_DEVICE_UID, 0, RP_HELLO_DEVICE_UID_LEN))
+		return rp_err_set(err, -EPROTO, "the hello's device name, thread name or device "
+				  "uid is not NUL-terminated within its field");
 
 	struct rp_hello h = {
 		.pid = get32(buf + H_PID),
@@ -276,9 +280,17 @@ int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
 	};
 	memcpy(h.device, buf + H_DEVICE, RP_HELLO_DEVICE_LEN);
 	memcpy(h.thread_name, buf + H_THREAD, RP_HELLO_THREAD_LEN);
+	memcpy(h.device_uid, buf + H_DEVICE_UID, RP_HELLO_DEVICE_UID_LEN);
 	int rc = rp_check_name(h.device, RP_HELLO_DEVICE_LEN - 1, "device name", err);
 	if (rc < 0)
 		return rc;
+	/* It names the device in logs, manifests and exports. */
+	for (const char *c = h.device_uid; *c; c++)
+		if (*c < 0x21 || *c > 0x7e)
+			return rp_err_set(err, -EINVAL, "the hello's device uid has byte 0x%02x at %zu: "
+					  "a device uid is printable ASCII without spaces "
+					  "(\"GPU-8f6e...\")", (unsigned char)*c,
+					  (size_t)(c - h.device_uid));
 
 	struct ucred cred;
 	socklen_t len = sizeof(cred);

@@ -11,18 +11,22 @@
 #include "err.h"
 
 /* Wire sizes, little-endian, fixed. */
-#define RP_HELLO_SIZE 144
+#define RP_HELLO_SIZE 208
 #define RP_REPLY_SIZE 264
 #define RP_HELLO_VERSION 1
 #define RP_HELLO_DEVICE_LEN 64   /* incl. the NUL */
 #define RP_HELLO_THREAD_LEN 56   /* incl. the NUL */
 #define RP_REPLY_MESSAGE_LEN 248 /* incl. the NUL */
+#define RP_HELLO_DEVICE_UID_LEN 64 /* incl. the NUL */
 
 struct rp_hello {
 	uint32_t pid, tid;     /* as the producer sees them */
 	uint32_t ring_size;    /* data bytes wanted; 0: the daemon's default */
 	char device[RP_HELLO_DEVICE_LEN];      /* ring name: "host", "gpu0", ... */
 	char thread_name[RP_HELLO_THREAD_LEN]; /* may be empty */
+	/* The device's stable id (a GPU UUID), printable ASCII; may be empty.
+	 * The ring keeps the first one it is given. */
+	char device_uid[RP_HELLO_DEVICE_UID_LEN];
 };
 
 /* Producer: connect to the producer socket, send hello and wait for the
@@ -35,7 +39,8 @@ RP_MUST_CHECK int rp_hello_request(const char *producer_socket, const struct rp_
 		     int *ring_fd, struct rp_err *err);
 
 /* Daemon: read one hello from an accepted connection and validate it
- * (size, magic, version, NUL-terminated strings, device name) and its
+ * (size, magic, version, NUL-terminated strings, device name,
+ * printable device uid) and its
  * sender: *peer gets SO_PEERCRED, and a pid that is not the sender's (in
  * the daemon's or the sender's own pid namespace) is -EPERM.  Blocks
  * unless conn_fd is non-blocking (then -EAGAIN) or has a receive timeout;

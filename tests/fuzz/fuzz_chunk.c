@@ -28,9 +28,22 @@ static void check(int ok)
 		abort();
 }
 
+/* The head-only read sessions use: a chunk the full read takes gives an
+ * identity of a kind this build names, one it refuses is refused here. */
+static void device_info(const void *buf, size_t len)
+{
+	struct rp_device_identity id = { 0 };
+	int rc = rp_chunk_reader_device_info(reader, buf, len, &id, NULL);
+	check(rc == 0 || rc == 1 || rc == -EBADMSG || rc == -EPROTONOSUPPORT);
+	check(rc != 1 || (id.kind >= RP_DEVICE_HOST && id.kind <= RP_DEVICE_OTHER &&
+			  strlen(id.uid) <= RP_DEVICE_UID_MAX));
+	check(rp_chunk_reader_header(reader) == NULL);
+}
+
 static void walk(const void *buf, size_t len)
 {
 	struct rp_err err;
+	device_info(buf, len);
 	if (rp_chunk_reader_load(reader, buf, len, &err) < 0)
 		return;
 	const struct rp_chunk_header *h = rp_chunk_reader_header(reader);

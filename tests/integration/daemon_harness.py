@@ -156,12 +156,12 @@ def finish_producer(proc):
 
 
 def producer_hello(daemon, device="host", ring_size=0, pid=None, tid=None, thread=b"collector",
-                   timeout=10):
+                   timeout=10, uid=b""):
     """Play a producer: the handshake of docs/api.md, by hand, so that a test
     can also ask for what libringprof never would.  Returns (status,
     message, the ring's fd or None)."""
-    hello = struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, pid or os.getpid(),
-                        tid or threading.get_native_id(), ring_size, device.encode(), thread)
+    hello = struct.pack("<8sIIII64s56s64s", b"RPHELLO1", 1, pid or os.getpid(),
+                        tid or threading.get_native_id(), ring_size, device.encode(), thread, uid)
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
         s.settimeout(timeout)
         s.connect(daemon.socket + ".producers")

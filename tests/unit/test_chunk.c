@@ -91,6 +91,10 @@ static void assert_event_equal(const struct rp_event *want, const struct rp_even
 		assert_int_equal(want->u.py_code.lasti, got->u.py_code.lasti);
 		assert_int_equal(want->u.py_code.line, got->u.py_code.line);
 		break;
+	case RP_EV_DEVICE_INFO:
+		assert_int_equal(want->u.device.kind, got->u.device.kind);
+		assert_int_equal(want->u.device.index, got->u.device.index);
+		break;
 	default:
 		break;
 	}
@@ -206,6 +210,14 @@ static size_t all_kinds(struct rp_event *e)
 	e[n++] = (struct rp_event){
 		.kind = RP_EV_PY_CODE, .ts = 4701, .pid = 1, .tid = 1, .name = "<module>\t<string>",
 		.u.py_code = {.code = RP_PY_CODE_MASK, .lasti = RP_PY_LASTI_MAX, .line = UINT32_MAX}};
+	e[n++] = (struct rp_event){.kind = RP_EV_DEVICE_INFO, .ts = 4702,
+				   .name = "GPU-8f6e1c2a-0b7d-4c11-9e55-3a1f0c9d2b4e",
+				   .u.device = {.kind = RP_DEVICE_GPU, .index = 1}};
+	e[n++] = (struct rp_event){.kind = RP_EV_DEVICE_INFO, .ts = 4703,
+				   .u.device = {.kind = RP_DEVICE_NEURON_CORE, .index = UINT32_MAX}};
+	/* A kind this build does not know is kept as it is. */
+	e[n++] = (struct rp_event){.kind = RP_EV_DEVICE_INFO, .ts = 4704, .name = name_max,
+				   .u.device = {.kind = 0xff}};
 	return n;
 }
 
@@ -368,7 +380,6 @@ static void api_errors(void **state)
 	struct rp_event bad[] = {
 		{.kind = 0},
 		{.kind = RP_EV_KIND_MAX + 1},
-		{.kind = 13}, /* reserved */
 		{.kind = RP_EV_PY_CODE, .u.py_code = {.code = RP_PY_CODE_MASK + 1}},
 		{.kind = RP_EV_PY_CODE, .u.py_code = {.lasti = RP_PY_LASTI_MAX + 1}},
 		{.kind = RP_EV_CPU_SAMPLE, .u.sample = {.nframes = RP_STACK_MAX + 1, .frames = frames}},
@@ -795,6 +806,100 @@ static void write_seed(const char *dir, const char *name, const void *buf, size_
 
 /* The fuzz seeds: small real chunks covering every kind.  Each must read
  * back cleanly; written out only on request. */
+/* The name table the daemon and old sessions go by. */
+static void device_names_identify(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *name;
+		enum rp_device_kind kind;
+		uint32_t index;
+	} cases[] = {
+		{ "host", RP_DEVICE_HOST, 0 },     { "gpu0", RP_DEVICE_GPU, 0 },
+		{ "gpu17", RP_DEVICE_GPU, 17 },    { "tpu3", RP_DEVICE_TPU, 3 },
+		{ "nc2", RP_DEVICE_NEURON_CORE, 2 }, { "nc999999999", RP_DEVICE_NEURON_CORE, 999999999 },
+		{ "nc02", RP_DEVICE_OTHER, 0 },    { "gpu", RP_DEVICE_OTHER, 0 },
+		{ "gpu1x", RP_DEVICE_OTHER, 0 },   { "gpu1234567890", RP_DEVICE_OTHER, 0 },
+		{ "neuron0", RP_DEVICE_OTHER, 0 }, { "hostx", RP_DEVICE_OTHER, 0 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct rp_device_identity id;
+		assert_int_equal(rp_device_identify(cases[i].name, &id), cases[i].kind);
+		assert_int_equal(id.kind, cases[i].kind);
+		assert_int_equal(id.index, cases[i].index);
+		assert_string_equal(id.uid, "");
+	}
+	assert_string_equal(rp_device_kind_name(RP_DEVICE_NEURON_CORE), "neuron_core");
+	assert_string_equal(rp_device_kind_name(0xff), "other");
+}
+
+/* Seals a chunk of: device_info (kind, index, uid), then n ranges. */
+static size_t chunk_with_identity(uint8_t kind, uint32_t index, const char *uid, size_t n,
+				  uint8_t *chunk, size_t cap)
+{
+	struct rp_chunk_builder *b;
+	assert_int_equal(rp_chunk_builder_new(0, CHUNK_MAX, &b), 0);
+	struct rp_event info = {.kind = RP_EV_DEVICE_INFO, .ts = 1000, .name = uid,
+				.u.device = {.kind = kind, .index = index}};
+	assert_int_equal(rp_chunk_builder_add(b, &info), 0);
+	rng_state = 11;
+	struct stream st = {.ts = 2000};
+	for (size_t i = 0; i < n; i++) {
+		struct rp_event ev;
+		stream_next(&st, &ev);
+		assert_int_equal(rp_chunk_builder_add(b, &ev), 0);
+	}
+	size_t len;
+	assert_int_equal(rp_chunk_builder_seal(b, 1, 0, chunk, cap, &len), 0);
+	rp_chunk_builder_free(b);
+	return len;
+}
+
+/* Sessions read a ring's identity from the head of its chunks: the first
+ * device_info sets kind and index, the first uid stays. */
+static void device_info_from_chunk_heads(void **state)
+{
+	(void)state;
+	static uint8_t chunk[CHUNK_MAX];
+	struct rp_chunk_reader *r;
+	struct rp_err err = {0};
+	assert_int_equal(rp_chunk_reader_new(&r), 0);
+	struct rp_device_identity id = {0};
+
+	/* Without a uid, and a payload far longer than the head. */
+	size_t len = chunk_with_identity(RP_DEVICE_NEURON_CORE, 2, NULL, 20000, chunk, sizeof(chunk));
+	assert_true(len > RP_CHUNK_HEAD_BYTES);
+	assert_int_equal(rp_chunk_reader_device_info(r, chunk, len, &id, &err), 1);
+	assert_int_equal(id.kind, RP_DEVICE_NEURON_CORE);
+	assert_int_equal(id.index, 2);
+	assert_string_equal(id.uid, "");
+	assert_null(rp_chunk_reader_header(r));
+
+	/* A later chunk brings the uid; kind and index stay the first's. */
+	len = chunk_with_identity(RP_DEVICE_GPU, 9, "nc-uid-1", 10, chunk, sizeof(chunk));
+	assert_int_equal(rp_chunk_reader_device_info(r, chunk, len, &id, &err), 1);
+	assert_int_equal(id.kind, RP_DEVICE_NEURON_CORE);
+	assert_int_equal(id.index, 2);
+	assert_string_equal(id.uid, "nc-uid-1");
+	len = chunk_with_identity(RP_DEVICE_NEURON_CORE, 2, "nc-uid-2", 10, chunk, sizeof(chunk));
+	assert_int_equal(rp_chunk_reader_device_info(r, chunk, len, &id, &err), 0);
+	assert_string_equal(id.uid, "nc-uid-1");
+
+	/* A kind this build does not know reads as other. */
+	struct rp_device_identity other = {0};
+	len = chunk_with_identity(0xee, 4, "", 1, chunk, sizeof(chunk));
+	assert_int_equal(rp_chunk_reader_device_info(r, chunk, len, &other, &err), 1);
+	assert_int_equal(other.kind, RP_DEVICE_OTHER);
+	assert_int_equal(other.index, 4);
+
+	/* A chunk that fails its checks is an error, and changes nothing. */
+	chunk[len - 1] ^= 1;
+	struct rp_device_identity none = {0};
+	assert_int_equal(rp_chunk_reader_device_info(r, chunk, len, &none, &err), -EBADMSG);
+	assert_int_equal(none.kind, 0);
+	rp_chunk_reader_free(r);
+}
+
 static void seed_chunks(void **state)
 {
 	(void)state;
@@ -872,6 +977,8 @@ int main(void)
 		cmocka_unit_test(mutated_payloads),
 		cmocka_unit_test(header_rejects),
 		cmocka_unit_test(bytes_per_event),
+		cmocka_unit_test(device_names_identify),
+		cmocka_unit_test(device_info_from_chunk_heads),
 		cmocka_unit_test(seed_chunks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -530,6 +530,67 @@ static void test_metadata_only_where_needed(void **state)
 	}
 }
 
+/* What each chunk says of its device: device_info events, the uid of
+ * the last, and whether one came first in the chunk. */
+struct chunk_device {
+	int infos, events;
+	bool first;
+	char uid[RP_DEVICE_UID_MAX + 1];
+	uint8_t kind;
+	uint32_t index;
+};
+
+static void count_device(void *ctx, int chunk, const struct rp_event *ev)
+{
+	assert_true(chunk < 16);
+	struct chunk_device *c = &((struct chunk_device *)ctx)[chunk];
+	if (ev->kind == RP_EV_DEVICE_INFO) {
+		c->first |= c->events == 0;
+		c->infos++;
+		snprintf(c->uid, sizeof(c->uid), "%s", ev->name ? ev->name : "");
+		c->kind = ev->u.device.kind;
+		c->index = ev->u.device.index;
+	}
+	c->events++;
+}
+
+/* A ring's device_info opens every chunk, so that any window says which
+ * device it holds; a later one (the uid a producer brought) replaces it
+ * instead of joining it. */
+static void test_device_info_opens_every_chunk(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t ts = rp_clock_now_ns();
+	struct rp_event info = { .kind = RP_EV_DEVICE_INFO, .ts = ts,
+				 .u.device = { .kind = RP_DEVICE_NEURON_CORE, .index = 2 } };
+	assert_int_equal(rp_drain_add_sticky(f->drain, &info, NULL), 0);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);  /* chunk 0 */
+	add_counters(f->drain, 20, 21, 10, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);  /* 1 */
+	info.ts = ++ts;
+	info.name = "nc-uid-7";
+	assert_int_equal(rp_drain_add_sticky(f->drain, &info, NULL), 0);
+	add_counters(f->drain, 20, 21, 10, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);  /* 2: both */
+	add_counters(f->drain, 20, 21, 10, &ts);
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);  /* 3 */
+
+	struct chunk_device c[16] = { 0 };
+	scan_chunks(f->rf, count_device, c);
+	assert_int_equal(c[0].infos, 1);
+	assert_int_equal(c[1].infos, 1);
+	assert_string_equal(c[1].uid, "");
+	assert_int_equal(c[2].infos, 2); /* the old one opens it, the new one follows */
+	assert_string_equal(c[2].uid, "nc-uid-7");
+	assert_int_equal(c[3].infos, 1);
+	assert_string_equal(c[3].uid, "nc-uid-7");
+	for (int i = 0; i < 4; i++) {
+		assert_true(c[i].first);
+		assert_int_equal(c[i].kind, RP_DEVICE_NEURON_CORE);
+		assert_int_equal(c[i].index, 2);
+	}
+}
+
 /* What one chunk repeats of the process metadata below. */
 struct chunk_meta {
 	int cmdlines, hz, map_a, map_b, map_c, counters;
@@ -918,6 +979,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_metadata_replay_is_bounded, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_every_chunk_describes_its_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_split_keeps_metadata, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_device_info_opens_every_chunk, setup, teardown),
 		cmocka_unit_test(test_concurrent_reader),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

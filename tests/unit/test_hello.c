@@ -33,7 +33,8 @@ static void le32(uint8_t *p, uint32_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static struct wire_hello wire_hello(uint32_t pid, const char *device, const char *thread)
+static struct wire_hello wire_hello_uid(uint32_t pid, const char *device, const char *thread,
+				       const char *uid)
 {
 	struct wire_hello w = { { 0 } };
 	memcpy(w.b, "RPHELLO1", 8);
@@ -43,7 +44,13 @@ static struct wire_hello wire_hello(uint32_t pid, const char *device, const char
 	le32(w.b + 20, 8192);
 	memcpy(w.b + 24, device, strlen(device));
 	memcpy(w.b + 88, thread, strlen(thread));
+	memcpy(w.b + 144, uid, strlen(uid));
 	return w;
+}
+
+static struct wire_hello wire_hello(uint32_t pid, const char *device, const char *thread)
+{
+	return wire_hello_uid(pid, device, thread, "");
 }
 
 static void pair(int sv[2])
@@ -66,7 +73,8 @@ static int receive_bytes(const void *buf, size_t len, struct rp_hello *h, struct
 static void receive_decodes_the_wire_format(void **state)
 {
 	(void)state;
-	struct wire_hello w = wire_hello((uint32_t)getpid(), "gpu0", "trainer");
+	struct wire_hello w = wire_hello_uid((uint32_t)getpid(), "gpu0", "trainer",
+					     "GPU-8f6e1c2a-0b7d-4c11-9e55-3a1f0c9d2b4e");
 	int sv[2];
 	pair(sv);
 	assert_int_equal(send(sv[0], w.b, sizeof(w.b), 0), (ssize_t)sizeof(w.b));
@@ -81,6 +89,7 @@ static void receive_decodes_the_wire_format(void **state)
 	assert_int_equal(h.ring_size, 8192);
 	assert_string_equal(h.device, "gpu0");
 	assert_string_equal(h.thread_name, "trainer");
+	assert_string_equal(h.device_uid, "GPU-8f6e1c2a-0b7d-4c11-9e55-3a1f0c9d2b4e");
 	assert_int_equal(peer.pid, getpid());
 	assert_int_equal(peer.uid, getuid());
 	close(sv[0]);
@@ -103,10 +112,10 @@ static void receive_rejects_malformed_hellos(void **state)
 	uint32_t pid = (uint32_t)getpid();
 	struct wire_hello w = wire_hello(pid, "host", "t");
 
-	expect_rejected(w.b, 100, -EPROTO, "100 bytes, expected 144");
+	expect_rejected(w.b, 100, -EPROTO, "100 bytes, expected 208");
 	uint8_t big[RP_HELLO_SIZE + 8] = { 0 };
 	memcpy(big, w.b, sizeof(w.b));
-	expect_rejected(big, sizeof(big), -EPROTO, "more than 144 bytes");
+	expect_rejected(big, sizeof(big), -EPROTO, "more than 208 bytes");
 
 	w = wire_hello(pid, "host", "t");
 	memcpy(w.b, "GETHTTP/", 8);
@@ -122,6 +131,14 @@ static void receive_rejects_malformed_hellos(void **state)
 	w = wire_hello(pid, "host", "t");
 	memset(w.b + 88, 'a', 56);
 	expect_rejected(w.b, sizeof(w.b), -EPROTO, "NUL-terminated");
+
+	w = wire_hello(pid, "host", "t");
+	memset(w.b + 144, 'a', 64);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "NUL-terminated");
+	w = wire_hello_uid(pid, "gpu0", "t", "GPU 1");
+	expect_rejected(w.b, sizeof(w.b), -EINVAL, "device uid has byte 0x20 at 3");
+	w = wire_hello_uid(pid, "gpu0", "t", "GPU\x1b[31m");
+	expect_rejected(w.b, sizeof(w.b), -EINVAL, "printable ASCII");
 
 	w = wire_hello(pid, "../etc", "t");
 	expect_rejected(w.b, sizeof(w.b), -EINVAL, "device name");

@@ -299,6 +299,7 @@ static void events_reach_the_daemon_ring(void **state)
 	(void)state;
 	struct fake *f = fake_start(1 << 16, false);
 	struct named n = { 0 };
+	unsetenv("RINGPROF_DEVICE_UID");
 	run_thread(annotate_some, &n);
 	assert_int_equal(n.connected, 1);
 	assert_int_equal(f->hellos, 1);
@@ -307,6 +308,7 @@ static void events_reach_the_daemon_ring(void **state)
 	assert_int_equal(f->got[0].ring_size, 0);
 	assert_string_equal(f->got[0].device, "host");
 	assert_string_equal(f->got[0].thread_name, "probe-worker");
+	assert_string_equal(f->got[0].device_uid, "");
 
 	struct sink s = { .n = 0 };
 	assert_int_equal(rp_shmring_drain(f->rings[0], collect, &s, 0, NULL), 7);
@@ -323,11 +325,15 @@ static void events_reach_the_daemon_ring(void **state)
 	}
 	assert_true(s.v[3].value == 0.25);
 
+	/* The device's stable id, when the workload names it. */
+	setenv("RINGPROF_DEVICE_UID", "host-uid-1", 1);
 	int connected = 0;
 	run_thread(annotate_with_comm, &connected);
+	unsetenv("RINGPROF_DEVICE_UID");
 	assert_int_equal(connected, 1);
 	assert_int_equal(f->hellos, 2);
 	assert_string_equal(f->got[1].thread_name, "comm-name");
+	assert_string_equal(f->got[1].device_uid, "host-uid-1");
 	fake_stop(f);
 }
 

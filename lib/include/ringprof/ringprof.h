@@ -9,6 +9,9 @@
  * $XDG_RUNTIME_DIR/ringprof/ringprofd.sock).  A daemon that refuses the
  * process (the socket's group, its limits) gets one line on stderr, once
  * per process, with the fix; RINGPROF_QUIET=1 silences it.
+ * $RINGPROF_DEVICE_UID, when set, is the device's stable id the daemon
+ * records for the ring (printable ASCII without spaces, at most 63 bytes;
+ * longer is left out).
  *
  * Session functions talk to the daemon's control API and return 0 or a
  * negative errno; ringprof_last_error() then says what went wrong. */
