@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "export.h"
+#include "formats.h"
 #include "parse.h"
 #include "paths.h"
 

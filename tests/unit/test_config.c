@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "export.h"
+#include "formats.h"
 #include "paths.h"
 
 #define KiB 1024ull
