@@ -560,6 +560,7 @@ static void round_trip(void **state)
 		"range = x y\nfactor = 2.75\n[rule.b]\ntype = counter_above\ncounter = c\n"
 		"threshold = 0.1\nfor = 3s\n[rule.c]\nmax_per_hour = 7\n",
 		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
+		"[ring.gpu1]\nmax_age = none\n[rings]\nmax_age = 2h\n[ring.gpu2]\nmax_age = 30m\n",
 		"[sampler]\nfrequency = 999\npids = 42, 7,4194304\ncgroup = /sys/fs/cgroup/job\n",
 	};
 	char printed[96];
