@@ -170,8 +170,9 @@ struct rp_config_key {
 	const char *const *names;    /* ENUM: by value; NULL: not a value one may give */
 	size_t present;              /* NUMBER: offset of a bool set when given, printed
 					only then; 0: none */
-	/* More to check once the kind has read the value (*value: the field's
-	 * type; the text for STRING and NAME). */
+	/* More to check once the kind has read the value: *value is an
+	 * unsigned (UINT), uint64_t (SIZE, DURATION), double (NUMBER), or the
+	 * text (STRING, NAME). */
 	int (*check)(const char *text, const void *value, struct rp_err *err);
 	int (*parse)(void *field, const char *text, struct rp_err *err); /* CUSTOM */
 	void (*print)(const void *field, char *out, size_t len);          /* CUSTOM */
