@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "jsontype.h"
 #include "parse.h"
 
 #define HINT "send Alertmanager's webhook payload (version \"4\")"
@@ -29,7 +29,7 @@ static int string_of(json_t *alert, size_t i, const char *name, const char **out
 		return 0;
 	if (!json_is_string(v))
 		return rp_err_set(err, -EINVAL, "alerts[%zu].%s must be a string, not %s: " HINT, i,
-				  name, rp_api_type_name(v));
+				  name, rp_json_type_name(v));
 	*out = json_string_value(v);
 	return 1;
 }
@@ -45,14 +45,14 @@ static int labels_of(json_t *alert, size_t i, const char *name, json_t **out,
 	}
 	if (!json_is_object(v))
 		return rp_err_set(err, -EINVAL, "alerts[%zu].%s must be an object of strings, not %s: " HINT,
-				  i, name, rp_api_type_name(v));
+				  i, name, rp_json_type_name(v));
 	const char *key;
 	json_t *s;
 	json_object_foreach(v, key, s)
 		if (!json_is_string(s))
 			return rp_err_set(err, -EINVAL,
 					  "alerts[%zu].%s.%.64s must be a string, not %s: " HINT, i,
-					  name, key, rp_api_type_name(s));
+					  name, key, rp_json_type_name(s));
 	*out = v;
 	return 0;
 }
@@ -90,7 +90,7 @@ static int parse_alert(json_t *o, size_t i, struct rp_alert *a, struct rp_err *e
 {
 	if (!json_is_object(o))
 		return rp_err_set(err, -EINVAL, "alerts[%zu] must be an object, not %s: " HINT, i,
-				  rp_api_type_name(o));
+				  rp_json_type_name(o));
 	const char *status = NULL;
 	int rc = string_of(o, i, "status", &status, err);
 	if (rc < 0)
@@ -152,18 +152,18 @@ int rp_alerts_parse(const char *body, size_t len, struct rp_alert_batch *out,
 	json_t *version = json_object_get(root, "version");
 	json_t *alerts = json_object_get(root, "alerts");
 	if (!json_is_object(root))
-		rc = rp_err_set(err, -EINVAL, "the request body is %s, not an object: " HINT, rp_api_type_name(root));
+		rc = rp_err_set(err, -EINVAL, "the request body is %s, not an object: " HINT, rp_json_type_name(root));
 	else if (version && !(json_is_string(version) && !strcmp(json_string_value(version), "4")))
 		rc = rp_err_set(err, -EINVAL,
 				"field 'version' is %s%.16s%s: ringprofd reads version \"4\" of Alertmanager's webhook payload",
-				json_is_string(version) ? "\"" : rp_api_type_name(version),
+				json_is_string(version) ? "\"" : rp_json_type_name(version),
 				json_is_string(version) ? json_string_value(version) : "",
 				json_is_string(version) ? "\"" : "");
 	else if (!alerts)
 		rc = rp_err_set(err, -EINVAL, "the payload has no 'alerts' array: " HINT);
 	else if (!json_is_array(alerts))
 		rc = rp_err_set(err, -EINVAL, "field 'alerts' must be an array, not %s: " HINT,
-				rp_api_type_name(alerts));
+				rp_json_type_name(alerts));
 	if (rc == 0 && json_array_size(alerts) &&
 	    !(out->alerts = calloc(json_array_size(alerts), sizeof(*out->alerts))))
 		rc = rp_err_set(err, -ENOMEM, "out of memory parsing the alerts");

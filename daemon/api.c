@@ -29,6 +29,7 @@
 #include "alerts.h"
 #include "clock.h"
 #include "config.h"
+#include "jsontype.h"
 #include "parse.h"
 
 /* A keep-alive connection between requests, or one whose client stopped
@@ -303,26 +304,6 @@ static enum MHD_Result reply(struct request *rq, int rc, json_t *out,
 
 /* ---- request bodies ---- */
 
-const char *rp_api_type_name(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT:
-		return "an object";
-	case JSON_ARRAY:
-		return "an array";
-	case JSON_STRING:
-		return "a string";
-	case JSON_INTEGER:
-	case JSON_REAL:
-		return "a number";
-	case JSON_TRUE:
-	case JSON_FALSE:
-		return "a boolean";
-	default:
-		return "null";
-	}
-}
-
 /* The body as an object whose keys are all in allowed (NULL-terminated).
  * An empty body is an empty object: every field is optional. */
 static int parse_body(const struct request *rq, const char *resource, const char *const *allowed,
@@ -340,7 +321,7 @@ static int parse_body(const struct request *rq, const char *resource, const char
 				  je.line, je.column, je.text);
 	if (!json_is_object(j)) {
 		rp_err_set(err, -EINVAL, "the request body is %s: send a JSON object such as {\"name\": \"warmup\"}",
-			   rp_api_type_name(j));
+			   rp_json_type_name(j));
 		json_decref(j);
 		return -EINVAL;
 	}
@@ -376,7 +357,7 @@ static int string_field(const json_t *obj, const char *field, const char **s, st
 	if (!v)
 		return 0;
 	if (!json_is_string(v))
-		return rp_err_set(err, -EINVAL, "field '%s' must be a string, not %s", field, rp_api_type_name(v));
+		return rp_err_set(err, -EINVAL, "field '%s' must be a string, not %s", field, rp_json_type_name(v));
 	*s = json_string_value(v);
 	return 1;
 }
@@ -446,7 +427,7 @@ static int duration_field(const struct rp_api *api, const json_t *obj, const cha
 	if (!json_is_number(v))
 		return rp_err_set(err, -EINVAL,
 				  "field '%s' must be a duration such as \"30s\" or a number of seconds, not %s",
-				  field, rp_api_type_name(v));
+				  field, rp_json_type_name(v));
 	double s = json_number_value(v);
 	if (!(s > 0))
 		return rp_err_set(err, -EINVAL,
@@ -475,7 +456,7 @@ static int last_ns_field(const struct rp_api *api, const json_t *obj, uint64_t *
 		return rp_err_set(err, -EINVAL, "both 'last' and 'last_ns' given: give one of them");
 	if (!json_is_integer(v))
 		return rp_err_set(err, -EINVAL, "field 'last_ns' must be an integer number of nanoseconds, not %s",
-				  rp_api_type_name(v));
+				  rp_json_type_name(v));
 	json_int_t n = json_integer_value(v);
 	if (n <= 0)
 		return rp_err_set(err, -EINVAL,
@@ -504,7 +485,7 @@ static int end_field(const json_t *obj, struct rp_snapshot_req *req, struct rp_e
 	} else {
 		return rp_err_set(err, -EINVAL,
 				  "field 'end' must be an RFC 3339 time such as \"2026-11-22T14:03:07Z\" or integer Unix nanoseconds, not %s",
-				  rp_api_type_name(v));
+				  rp_json_type_name(v));
 	}
 	/* Before 1970 nothing was recorded; refusing it here also keeps the
 	 * daemon's wall-to-host arithmetic within int64. */
@@ -546,7 +527,7 @@ static int filter_fields(const json_t *obj, struct rp_job_filter *f, struct rp_e
 	int rc = 0;
 	if (pids && !json_is_array(pids))
 		rc = rp_err_set(err, -EINVAL, "pids is %s: send an array of process ids, "
-				"e.g. [4242, 4243]", rp_api_type_name(pids));
+				"e.g. [4242, 4243]", rp_json_type_name(pids));
 	else if (json_array_size(pids) > RP_API_PIDS_MAX)
 		rc = rp_err_set(err, -EINVAL, "pids holds %zu processes, over the limit of %d: send "
 				"the first %d, or name the job's cgroup", json_array_size(pids),
@@ -606,7 +587,7 @@ static int hz_field(const json_t *obj, unsigned *hz, struct rp_err *err)
 	if (!json_is_integer(v))
 		return rp_err_set(err, -EINVAL,
 				  "field 'cpu_sample_hz' must be an integer number of samples per second "
-				  "per CPU (1 to %d), not %s", RP_CPU_SAMPLE_HZ_MAX, rp_api_type_name(v));
+				  "per CPU (1 to %d), not %s", RP_CPU_SAMPLE_HZ_MAX, rp_json_type_name(v));
 	json_int_t n = json_integer_value(v);
 	if (n < 1 || n > RP_CPU_SAMPLE_HZ_MAX)
 		return rp_err_set(err, -EINVAL,

@@ -107,7 +107,4 @@ RP_MUST_CHECK int rp_api_start(const struct rp_api_opts *opts, const struct rp_a
  * removes the socket. */
 void rp_api_stop(struct rp_api *api);
 
-/* "an object", "a string", ...: a JSON value's type, for messages. */
-const char *rp_api_type_name(const json_t *v);
-
 #endif

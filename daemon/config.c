@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "export.h"
+#include "formats.h"
 #include "parse.h"
 #include "paths.h"
 
@@ -20,426 +20,103 @@
 #define PRODUCER_SUFFIX ".producers"
 #define SOCKET_MAX (sizeof(((struct rp_config *)0)->socket) - sizeof(PRODUCER_SUFFIX))
 #define RING_HEADER_BYTES (4 * KiB)
-#define NAME_MAX_LEN 63
+#define NAME_MAX_LEN (RP_CONFIG_NAME_SIZE - 1)
+#define MAX_DURATION_LIMIT (7 * 24 * 3600 * SEC)
+#define MAX_AGE_NONE UINT64_MAX
+/* A printed value: the longest is a path. */
+#define VALUE_MAX (PATH_MAX + 64)
 
-void rp_config_defaults(struct rp_config *c)
+_Static_assert(offsetof(struct rp_ring_config, device) == 0 &&
+		       sizeof(((struct rp_ring_config *)0)->device) == RP_CONFIG_NAME_SIZE,
+	       "[ring.NAME] entries start with their name");
+_Static_assert(offsetof(struct rp_rule_config, name) == 0 &&
+		       sizeof(((struct rp_rule_config *)0)->name) == RP_CONFIG_NAME_SIZE,
+	       "[rule.NAME] entries start with their name");
+
+/* ---- checks beyond a kind's own, and the custom kinds ---- */
+
+static int check_socket(const char *v, const void *value, struct rp_err *err)
 {
-	memset(c, 0, sizeof(*c)); /* also zeroes padding: configs compare with memcmp */
-	if (!rp_default_socket_path(c->socket, sizeof(c->socket)))
-		c->socket[0] = '\0'; /* did not fit; rp_config_check says so */
-	if (!rp_default_state_dir(c->state_dir, sizeof(c->state_dir)))
-		c->state_dir[0] = '\0';
-	if (!rp_default_logdir(c->logdir, sizeof(c->logdir)))
-		c->logdir[0] = '\0';
-	c->poll_interval_ns = 10 * MS;
-	c->seal_interval_ns = SEC;
-	c->ring_default.budget_bytes = 64 * MiB;
-	c->ring_default.slot_size = 128 * KiB;
-	c->sampler_hz = 99; /* off the 100 Hz of periodic timers, like perf -F 99 */
-	c->sampler_depth = 127;
-	c->host_metrics_enabled = true;
-	c->host_metrics_interval_ns = SEC;
-	c->psi_enabled = true;
-	c->psi_interval_ns = SEC;
-	c->producer_ring_size = MiB;
-	c->producer_max_rings = 4096;
-	c->producer_max_rings_per_process = 1024;
-	c->producer_max_shm = 4096 * MiB;
-	c->producer_max_devices = 16;
-	c->producer_device_index_max = 31;
-	snprintf(c->default_run, sizeof(c->default_run), "default");
-	c->default_last_ns = 30 * SEC;
-	c->max_duration_ns = 3600 * SEC;
-	c->api_max_connections = RP_API_MAX_CONNECTIONS;
-	c->api_max_connections_per_peer = RP_API_MAX_CONNECTIONS_PER_PEER;
-	c->api_header_timeout_ns = RP_API_HEADER_TIMEOUT_NS;
-	c->api_max_requests = RP_API_MAX_REQUESTS;
-	c->api_max_snapshots = RP_API_MAX_SNAPSHOTS;
-	c->sessions_max_bytes = 10 * 1024 * MiB;
-	c->sessions_max_count = 1000;
-	c->session_exports = RP_EXPORT_DEFAULT;
-	c->sessions_max_open = 16;
-	c->export_queue = 64;
-	c->alerts = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 10 * SEC,
-						.cooldown_ns = 600 * SEC, .max_per_hour = 20 };
-	snprintf(c->alert_run_label, sizeof(c->alert_run_label), "job");
-}
-
-/* A [rule.NAME] section starts from these. */
-static void rule_defaults(struct rp_rule_config *r, const char *name)
-{
-	memset(r, 0, sizeof(*r));
-	snprintf(r->name, sizeof(r->name), "%s", name);
-	r->factor = 3;
-	r->window = 50;
-	r->for_ns = 10 * SEC;
-	r->trigger = (struct rp_trigger_config){ .before_ns = 60 * SEC, .after_ns = 5 * SEC,
-						 .cooldown_ns = 600 * SEC, .max_per_hour = 20 };
-}
-
-/* ---- value parsers: each fills err with the problem in the value ---- */
-
-/* Zero-fills the rest of dst so equal configs are equal bytes. */
-static int set_string(char *dst, size_t size, const char *value, bool may_be_empty,
-		      struct rp_err *err)
-{
-	size_t n = strlen(value);
-	if (!n && !may_be_empty)
-		return rp_err_set(err, -EINVAL, "empty value; give a path");
-	if (n >= size)
-		return rp_err_set(err, -ENAMETOOLONG, "'%.40s...' is %zu bytes; the limit is %zu",
-				  value, n, size - 1);
-	memset(dst, 0, size);
-	memcpy(dst, value, n);
-	return 0;
-}
-
-static int duration_in(const char *value, uint64_t min, uint64_t max, uint64_t *out,
-		       struct rp_err *err)
-{
-	uint64_t v = 0;
-	int rc = rp_parse_duration(value, &v, err);
-	if (rc)
-		return rc;
-	if (v < min || v > max) {
-		char limit[32];
-		rp_format_duration(v < min ? min : max, limit, sizeof(limit));
-		return rp_err_set(err, -ERANGE, "'%s' is %s than the %s, %s", value,
-				  v < min ? "less" : "more", v < min ? "minimum" : "maximum", limit);
-	}
-	*out = v;
-	return 0;
-}
-
-static void format_size(uint64_t bytes, char *out, size_t len)
-{
-	static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
-	for (unsigned i = 0; i < 4; i++) {
-		unsigned shift = 10 * (4 - i);
-		if (bytes && bytes % (1ull << shift) == 0) {
-			snprintf(out, len, "%llu%s", (unsigned long long)(bytes >> shift), units[i]);
-			return;
-		}
-	}
-	snprintf(out, len, "%llu", (unsigned long long)bytes);
-}
-
-static int size_in(const char *value, uint64_t min, uint64_t max, uint64_t *out,
-		   struct rp_err *err)
-{
-	uint64_t v = 0;
-	int rc = rp_parse_size(value, &v, err);
-	if (rc)
-		return rc;
-	if (v < min || v > max) {
-		char limit[32];
-		format_size(v < min ? min : max, limit, sizeof(limit));
-		return rp_err_set(err, -ERANGE, "'%s' is %s than the %s, %s", value,
-				  v < min ? "less" : "more", v < min ? "minimum" : "maximum", limit);
-	}
-	*out = v;
-	return 0;
-}
-
-/* ---- setters, one per key ---- */
-
-typedef int (*setter)(struct rp_config *c, struct rp_ring_config *ring, const char *value,
-		      struct rp_err *err);
-
-static int set_socket(struct rp_config *c, struct rp_ring_config *r, const char *v,
-		      struct rp_err *err)
-{
-	(void)r;
+	(void)value;
 	if (strlen(v) > SOCKET_MAX)
 		return rp_err_set(err, -ENAMETOOLONG,
 				  "'%.40s...' is %zu bytes; Unix socket paths are limited to %zu here "
 				  "(the producer socket adds '" PRODUCER_SUFFIX "'); choose a shorter path",
 				  v, strlen(v), SOCKET_MAX);
-	return set_string(c->socket, sizeof(c->socket), v, false, err);
-}
-
-static int set_state_dir(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			 struct rp_err *err)
-{
-	(void)r;
-	return set_string(c->state_dir, sizeof(c->state_dir), v, false, err);
-}
-
-static int set_logdir(struct rp_config *c, struct rp_ring_config *r, const char *v,
-		      struct rp_err *err)
-{
-	(void)r;
-	return set_string(c->logdir, sizeof(c->logdir), v, false, err);
-}
-
-static int set_poll_interval(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			     struct rp_err *err)
-{
-	(void)r;
-	return duration_in(v, MS, SEC, &c->poll_interval_ns, err);
-}
-
-static int set_seal_interval(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			     struct rp_err *err)
-{
-	(void)r;
-	return duration_in(v, 10 * MS, 60 * SEC, &c->seal_interval_ns, err);
+	return 0;
 }
 
 /* "host:port"; an IPv6 host in brackets.  Empty turns TCP off. */
-static int set_tcp_listen(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			  struct rp_err *err)
+static int check_tcp_listen(const char *v, const void *value, struct rp_err *err)
 {
-	(void)r;
-	if (*v) {
-		const char *colon = strrchr(v, ':');
-		const char *port = colon ? colon + 1 : "";
-		size_t hostlen = colon ? (size_t)(colon - v) : 0;
-		char *end;
-		long p = strtol(port, &end, 10);
-		if (!colon || !hostlen || !*port || *end || *port == '-' || *port == '+' ||
-		    p < 1 || p > 65535)
-			return rp_err_set(err, -EINVAL,
-					  "'%s' is not host:port with a port from 1 to 65535; "
-					  "e.g. 127.0.0.1:7070, 0.0.0.0:7070 or [::1]:7070",
-					  v);
-		bool bracketed = v[0] == '[' && v[hostlen - 1] == ']';
-		if (!bracketed && memchr(v, ':', hostlen))
-			return rp_err_set(err, -EINVAL,
-					  "'%s': put an IPv6 address in brackets, e.g. [::1]:7070", v);
-	}
-	return set_string(c->tcp_listen, sizeof(c->tcp_listen), v, true, err);
-}
-
-static int set_token_file(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			  struct rp_err *err)
-{
-	(void)r;
-	return set_string(c->token_file, sizeof(c->token_file), v, true, err);
-}
-
-static int set_api_max_connections(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				   struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 4096, &c->api_max_connections, err);
-}
-
-static int set_api_max_connections_per_peer(struct rp_config *c, struct rp_ring_config *r,
-					    const char *v, struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 4096, &c->api_max_connections_per_peer, err);
-}
-
-static int set_api_header_timeout(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				  struct rp_err *err)
-{
-	(void)r;
-	return duration_in(v, 100 * MS, 600 * SEC, &c->api_header_timeout_ns, err);
-}
-
-static int set_api_max_requests(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 100000, &c->api_max_requests, err);
-}
-
-/* Each is a worker thread. */
-static int set_api_max_snapshots(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				 struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 64, &c->api_max_snapshots, err);
-}
-
-static int set_budget(struct rp_config *c, struct rp_ring_config *r, const char *v,
-		      struct rp_err *err)
-{
-	(void)c;
-	return size_in(v, MiB, UINT64_MAX, &r->budget_bytes, err);
-}
-
-static int set_slot_size(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			 struct rp_err *err)
-{
-	(void)c;
-	uint64_t s = 0;
-	int rc = size_in(v, 4 * KiB, 16 * MiB, &s, err);
-	if (rc)
-		return rc;
-	if (s % (4 * KiB)) /* slots are written with O_DIRECT */
-		return rp_err_set(err, -EINVAL, "'%s' is not a multiple of 4KiB", v);
-	r->slot_size = (uint32_t)s;
+	(void)value;
+	if (!*v)
+		return 0;
+	const char *colon = strrchr(v, ':');
+	const char *port = colon ? colon + 1 : "";
+	size_t hostlen = colon ? (size_t)(colon - v) : 0;
+	char *end;
+	long p = strtol(port, &end, 10);
+	if (!colon || !hostlen || !*port || *end || *port == '-' || *port == '+' || p < 1 ||
+	    p > 65535)
+		return rp_err_set(err, -EINVAL,
+				  "'%s' is not host:port with a port from 1 to 65535; "
+				  "e.g. 127.0.0.1:7070, 0.0.0.0:7070 or [::1]:7070",
+				  v);
+	bool bracketed = v[0] == '[' && v[hostlen - 1] == ']';
+	if (!bracketed && memchr(v, ':', hostlen))
+		return rp_err_set(err, -EINVAL,
+				  "'%s': put an IPv6 address in brackets, e.g. [::1]:7070", v);
 	return 0;
 }
 
-/* Chunks older than this behind the newest leave the ring even when its
- * budget would hold them; "none" (the default): only the budget counts. */
-#define MAX_AGE_NONE UINT64_MAX
-static int set_max_age(struct rp_config *c, struct rp_ring_config *r, const char *v,
-		       struct rp_err *err)
+/* A Prometheus label name: [A-Za-z_][A-Za-z0-9_]*. */
+static int check_label(const char *v, const void *value, struct rp_err *err)
 {
-	if (strcmp(v, "none") == 0) {
-		/* A device's own "none" must override an age in [rings]. */
-		r->max_age_ns = r == &c->ring_default ? 0 : MAX_AGE_NONE;
-		return 0;
-	}
-	return duration_in(v, SEC, 366 * 24 * 3600 * SEC, &r->max_age_ns, err);
+	(void)value;
+	bool ok = *v && !(*v >= '0' && *v <= '9');
+	for (const char *p = v; ok && *p; p++)
+		ok = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		     (*p >= '0' && *p <= '9');
+	if (!ok)
+		return rp_err_set(err, -EINVAL,
+				  "'%s' is not a label name: use letters, digits and '_', not starting "
+				  "with a digit, e.g. job",
+				  v);
+	return 0;
 }
 
-static int set_ring_size(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			 struct rp_err *err)
+static int check_slot_size(const char *v, const void *value, struct rp_err *err)
 {
-	(void)r;
-	uint64_t s = 0;
-	int rc = size_in(v, 64 * KiB, RP_PRODUCER_RING_MAX, &s, err);
-	if (rc)
-		return rc;
+	if (*(const uint64_t *)value % (4 * KiB)) /* slots are written with O_DIRECT */
+		return rp_err_set(err, -EINVAL, "'%s' is not a multiple of 4KiB", v);
+	return 0;
+}
+
+static int check_power_of_2(const char *v, const void *value, struct rp_err *err)
+{
+	uint64_t s = *(const uint64_t *)value;
 	if (s & (s - 1)) /* producers index the ring with a mask */
 		return rp_err_set(err, -EINVAL, "'%s' is not a power of two, e.g. 1MiB or 4MiB", v);
-	c->producer_ring_size = (uint32_t)s;
 	return 0;
 }
 
-static int set_max_rings(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			 struct rp_err *err)
+static int check_factor(const char *v, const void *value, struct rp_err *err)
 {
-	(void)r;
-	return rp_parse_uint(v, 1, 1u << 20, &c->producer_max_rings, err);
-}
-
-static int set_max_rings_per_process(struct rp_config *c, struct rp_ring_config *r,
-				     const char *v, struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 1u << 20, &c->producer_max_rings_per_process, err);
-}
-
-static int set_max_shm(struct rp_config *c, struct rp_ring_config *r, const char *v,
-		       struct rp_err *err)
-{
-	(void)r;
-	return size_in(v, MiB, UINT64_MAX, &c->producer_max_shm, err);
-}
-
-static int set_max_devices(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			   struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, RP_MAX_DEVICES, &c->producer_max_devices, err);
-}
-
-static int set_device_index_max(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 0, 1023, &c->producer_device_index_max, err);
-}
-
-/* Empty: the system's host name.  A name, as it goes into file names. */
-static int set_host_name(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			 struct rp_err *err)
-{
-	(void)r;
-	int rc = *v ? rp_check_name(v, NAME_MAX_LEN, "host name", err) : 0;
-	return rc ? rc : set_string(c->host_name, sizeof(c->host_name), v, true, err);
-}
-
-static int set_sessions_max_bytes(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				  struct rp_err *err)
-{
-	(void)r;
-	return size_in(v, 0, UINT64_MAX, &c->sessions_max_bytes, err);
-}
-
-static int set_default_run(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			   struct rp_err *err)
-{
-	(void)r;
-	int rc = rp_check_name(v, NAME_MAX_LEN, "run name", err);
-	if (rc)
-		return rc;
-	return set_string(c->default_run, sizeof(c->default_run), v, false, err);
-}
-
-static const char *const sampler_modes[] = {
-	[RP_SAMPLER_AUTO] = "auto", [RP_SAMPLER_ON] = "true", [RP_SAMPLER_OFF] = "false",
-};
-
-static int set_sampler_enabled(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			       struct rp_err *err)
-{
-	(void)r;
-	for (size_t i = 0; i < sizeof(sampler_modes) / sizeof(sampler_modes[0]); i++)
-		if (!strcmp(v, sampler_modes[i])) {
-			c->sampler_mode = (enum rp_sampler_mode)i;
-			return 0;
-		}
-	return rp_err_set(err, -EINVAL, "'%s' is not one of auto, true, false", v);
-}
-
-static int set_sampler_frequency(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				 struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, RP_CPU_SAMPLE_HZ_MAX, &c->sampler_hz, err);
-}
-
-static int set_sampler_depth(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			     struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 127, &c->sampler_depth, err);
-}
-
-static int set_host_metrics_enabled(struct rp_config *c, struct rp_ring_config *r,
-				    const char *v, struct rp_err *err)
-{
-	(void)r;
-	if (strcmp(v, "true") && strcmp(v, "false"))
-		return rp_err_set(err, -EINVAL, "'%s' is not one of true, false", v);
-	c->host_metrics_enabled = !strcmp(v, "true");
+	double d = *(const double *)value;
+	if (d <= 1 || d > 1000)
+		return rp_err_set(err, -ERANGE, "'%s' is outside (1, 1000]: a range slower than its median "
+				  "by this factor fires, e.g. 3", v);
 	return 0;
 }
 
-static int set_host_metrics_interval(struct rp_config *c, struct rp_ring_config *r,
-				     const char *v, struct rp_err *err)
+/* "123, 456": processes (tgids) to sample, each listed once; empty: all.
+ * The field: uint32_t pids[RP_CONFIG_MAX_PIDS], then unsigned npids. */
+_Static_assert(offsetof(struct rp_config, sampler_npids) ==
+		       offsetof(struct rp_config, sampler_pids) + sizeof(uint32_t[RP_CONFIG_MAX_PIDS]),
+	       "the pid count follows the pids");
+static int parse_pids(void *field, const char *v, struct rp_err *err)
 {
-	(void)r;
-	return duration_in(v, 10 * MS, 3600 * SEC, &c->host_metrics_interval_ns, err);
-}
-
-static int set_psi_enabled(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			   struct rp_err *err)
-{
-	(void)r;
-	if (strcmp(v, "true") && strcmp(v, "false"))
-		return rp_err_set(err, -EINVAL, "'%s' is not one of true, false", v);
-	c->psi_enabled = !strcmp(v, "true");
-	return 0;
-}
-
-static int set_psi_interval(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			    struct rp_err *err)
-{
-	(void)r;
-	return duration_in(v, 10 * MS, 3600 * SEC, &c->psi_interval_ns, err);
-}
-
-static int set_sampler_cgroup(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			      struct rp_err *err)
-{
-	(void)r;
-	return set_string(c->sampler_cgroup, sizeof(c->sampler_cgroup), v, true, err);
-}
-
-/* "123, 456": processes (tgids) to sample, each listed once; empty: all. */
-static int set_sampler_pids(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			    struct rp_err *err)
-{
-	(void)r;
 	uint32_t pids[RP_CONFIG_MAX_PIDS];
 	unsigned n = 0;
 	char list[256]; /* holds any line the loader takes */
@@ -468,295 +145,519 @@ static int set_sampler_pids(struct rp_config *c, struct rp_ring_config *r, const
 				return rp_err_set(err, -EINVAL, "pid %u is listed twice", pid);
 		pids[n++] = pid;
 	}
-	memset(c->sampler_pids, 0, sizeof(c->sampler_pids));
-	memcpy(c->sampler_pids, pids, n * sizeof(pids[0]));
-	c->sampler_npids = n;
+	memset(field, 0, sizeof(pids));
+	memcpy(field, pids, n * sizeof(pids[0]));
+	memcpy((char *)field + sizeof(pids), &n, sizeof(n));
 	return 0;
 }
 
-#define MAX_DURATION_LIMIT (7 * 24 * 3600 * SEC)
-
-static int set_default_last(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			    struct rp_err *err)
+static void print_pids(const void *field, char *out, size_t len)
 {
-	(void)r;
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->default_last_ns, err);
+	const uint32_t *pids = field;
+	unsigned n;
+	memcpy(&n, pids + RP_CONFIG_MAX_PIDS, sizeof(n));
+	size_t o = 0;
+	out[0] = '\0';
+	for (unsigned i = 0; i < n && o < len; i++)
+		o += (size_t)snprintf(out + o, len - o, "%s%u", i ? "," : "", pids[i]);
 }
 
-static int set_max_duration(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			    struct rp_err *err)
+static int parse_exports(void *field, const char *v, struct rp_err *err)
 {
-	(void)r;
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->max_duration_ns, err);
+	return rp_export_parse_formats(v, field, err);
 }
 
-static int set_sessions_max_open(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				 struct rp_err *err)
+static void print_exports(const void *field, char *out, size_t len)
 {
-	(void)r;
-	return rp_parse_uint(v, 1, 4096, &c->sessions_max_open, err);
+	unsigned mask = *(const unsigned *)field;
+	size_t o = (size_t)snprintf(out, len, "%s", mask ? "" : "none");
+	for (unsigned f = 0, n = 0; f < RP_EXPORT_NFORMATS && o < len; f++)
+		if (mask & 1u << f)
+			o += (size_t)snprintf(out + o, len - o, "%s%s", n++ ? "," : "",
+					      rp_export_format_name((enum rp_export_format)f));
 }
 
-static int set_export_queue(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			    struct rp_err *err)
+static int parse_grouping(void *field, const char *v, struct rp_err *err)
 {
-	(void)r;
-	return rp_parse_uint(v, 1, 100000, &c->export_queue, err);
-}
-
-static int set_sessions_max_count(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				  struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 0, 100000000, &c->sessions_max_count, err);
-}
-
-static int set_session_exports(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			       struct rp_err *err)
-{
-	(void)r;
-	return rp_export_parse_formats(v, &c->session_exports, err);
-}
-
-static int set_perfetto_grouping(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				 struct rp_err *err)
-{
-	(void)r;
 	enum rp_perfetto_grouping g;
 	int rc = rp_export_parse_grouping(v, &g, err);
 	if (rc == 0)
-		c->perfetto_grouping = g;
+		*(unsigned *)field = g;
 	return rc;
 }
 
-static int set_alert_before(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			    struct rp_err *err)
+static void print_grouping(const void *field, char *out, size_t len)
 {
-	(void)r;
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->alerts.before_ns, err);
+	snprintf(out, len, "%s",
+		 rp_export_grouping_name((enum rp_perfetto_grouping) * (const unsigned *)field));
 }
 
-static int set_alert_after(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			   struct rp_err *err)
-{
-	(void)r;
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->alerts.after_ns, err);
-}
+/* ---- the sections and their keys ---- */
 
-static int set_alert_cooldown(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			      struct rp_err *err)
-{
-	(void)r;
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &c->alerts.cooldown_ns, err);
-}
+#define DAEMON(member) RP_CONFIG_FIELD(struct rp_config, member)
 
-static int set_alert_max_per_hour(struct rp_config *c, struct rp_ring_config *r, const char *v,
-				  struct rp_err *err)
-{
-	(void)r;
-	return rp_parse_uint(v, 1, 3600, &c->alerts.max_per_hour, err);
-}
+static const struct rp_config_key daemon_keys[] = {
+	{"socket", RP_CONFIG_STRING, .text = "give a path", .check = check_socket, DAEMON(socket)},
+	{"state_dir", RP_CONFIG_STRING, .text = "give a path", DAEMON(state_dir)},
+	{"logdir", RP_CONFIG_STRING, .text = "give a path", DAEMON(logdir)},
+	{"poll_interval", RP_CONFIG_DURATION, .min = MS, .max = SEC, .def = "10ms",
+	 DAEMON(poll_interval_ns)},
+	{"seal_interval", RP_CONFIG_DURATION, .min = 10 * MS, .max = 60 * SEC, .def = "1s",
+	 DAEMON(seal_interval_ns)},
+	/* Empty: the system's host name.  A name, as it goes into file names. */
+	{"host_name", RP_CONFIG_NAME, RP_CONFIG_EMPTY_OK, .text = "host name", DAEMON(host_name)},
+};
 
-/* A Prometheus label name: [A-Za-z_][A-Za-z0-9_]*. */
-static int set_run_label(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			 struct rp_err *err)
-{
-	(void)r;
-	bool ok = *v && !(*v >= '0' && *v <= '9') && strlen(v) < sizeof(c->alert_run_label);
-	for (const char *p = v; ok && *p; p++)
-		ok = *p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-		     (*p >= '0' && *p <= '9');
-	if (!ok)
-		return rp_err_set(err, -EINVAL,
-				  "'%s' is not a label name: use letters, digits and '_', not starting "
-				  "with a digit, e.g. job",
-				  v);
-	return set_string(c->alert_run_label, sizeof(c->alert_run_label), v, false, err);
-}
+static const struct rp_config_key api_keys[] = {
+	{"tcp_listen", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, .check = check_tcp_listen,
+	 DAEMON(tcp_listen)},
+	{"token_file", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, DAEMON(token_file)},
+	{"max_connections", RP_CONFIG_UINT, .min = 1, .max = 4096, .def = "256",
+	 DAEMON(api_max_connections)},
+	{"max_connections_per_peer", RP_CONFIG_UINT, .min = 1, .max = 4096, .def = "32",
+	 DAEMON(api_max_connections_per_peer)},
+	{"header_timeout", RP_CONFIG_DURATION, .min = 100 * MS, .max = 600 * SEC, .def = "10s",
+	 DAEMON(api_header_timeout_ns)},
+	{"max_requests", RP_CONFIG_UINT, .min = 1, .max = 100000, .def = "128",
+	 DAEMON(api_max_requests)},
+	/* Each is a worker thread. */
+	{"max_snapshots", RP_CONFIG_UINT, .min = 1, .max = 64, .def = "4",
+	 DAEMON(api_max_snapshots)},
+};
 
-/* ---- [rule.NAME] keys: each sets a field of its section's rule ---- */
+#define RING(member) RP_CONFIG_FIELD(struct rp_ring_config, member)
 
-typedef int (*rule_setter)(struct rp_rule_config *r, const char *value, struct rp_err *err);
+/* [rings] and each [ring.DEVICE]. */
+static const struct rp_config_key ring_keys[] = {
+	{"budget", RP_CONFIG_SIZE, .min = MiB, .max = UINT64_MAX, .def = "64MiB", RING(budget_bytes)},
+	{"slot_size", RP_CONFIG_SIZE, .min = 4 * KiB, .max = 16 * MiB, .def = "128KiB",
+	 .check = check_slot_size, RING(slot_size)},
+	/* Chunks older than this behind the newest leave the ring even when its
+	 * budget would hold them; "none": only the budget counts. */
+	{"max_age", RP_CONFIG_DURATION, RP_CONFIG_NONE, .min = SEC, .max = 366 * 24 * 3600 * SEC,
+	 .def = "none", RING(max_age_ns)},
+};
+
+static const struct rp_config_key producers_keys[] = {
+	{"ring_size", RP_CONFIG_SIZE, .min = 64 * KiB, .max = RP_PRODUCER_RING_MAX, .def = "1MiB",
+	 .check = check_power_of_2, DAEMON(producer_ring_size)},
+	{"max_rings", RP_CONFIG_UINT, .min = 1, .max = 1u << 20, .def = "4096",
+	 DAEMON(producer_max_rings)},
+	{"max_rings_per_process", RP_CONFIG_UINT, .min = 1, .max = 1u << 20, .def = "1024",
+	 DAEMON(producer_max_rings_per_process)},
+	{"max_shm", RP_CONFIG_SIZE, .min = MiB, .max = UINT64_MAX, .def = "4GiB",
+	 DAEMON(producer_max_shm)},
+	{"max_devices", RP_CONFIG_UINT, .min = 1, .max = RP_MAX_DEVICES, .def = "16",
+	 DAEMON(producer_max_devices)},
+	{"device_index_max", RP_CONFIG_UINT, .min = 0, .max = 1023, .def = "31",
+	 DAEMON(producer_device_index_max)},
+};
+
+/* ---- collectors' sections: these rows go with their collector ---- */
+
+static const char *const sampler_modes[] = {
+	[RP_SAMPLER_AUTO] = "auto", [RP_SAMPLER_ON] = "true", [RP_SAMPLER_OFF] = "false",
+};
+
+static const struct rp_config_key sampler_keys[] = {
+	{"enabled", RP_CONFIG_ENUM, .names = sampler_modes, .max = 3, .def = "auto",
+	 DAEMON(sampler_mode)},
+	/* 99: off the 100 Hz of periodic timers, like perf -F 99 */
+	{"frequency", RP_CONFIG_UINT, .min = 1, .max = RP_CPU_SAMPLE_HZ_MAX, .def = "99",
+	 DAEMON(sampler_hz)},
+	{"max_depth", RP_CONFIG_UINT, .min = 1, .max = 127, .def = "127", DAEMON(sampler_depth)},
+	{"cgroup", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, DAEMON(sampler_cgroup)},
+	{"pids", RP_CONFIG_CUSTOM, .parse = parse_pids, .print = print_pids,
+	 .offset = offsetof(struct rp_config, sampler_pids)},
+};
+
+static const struct rp_config_key host_metrics_keys[] = {
+	{"enabled", RP_CONFIG_BOOL, .def = "true", DAEMON(host_metrics_enabled)},
+	{"interval", RP_CONFIG_DURATION, .min = 10 * MS, .max = 3600 * SEC, .def = "1s",
+	 DAEMON(host_metrics_interval_ns)},
+};
+
+static const struct rp_config_key psi_keys[] = {
+	{"enabled", RP_CONFIG_BOOL, .def = "true", DAEMON(psi_enabled)},
+	{"interval", RP_CONFIG_DURATION, .min = 10 * MS, .max = 3600 * SEC, .def = "1s",
+	 DAEMON(psi_interval_ns)},
+};
+
+/* ---- end of the collectors' sections ---- */
+
+static const struct rp_config_key sessions_keys[] = {
+	{"default_run", RP_CONFIG_NAME, .text = "run name", .def = "default", DAEMON(default_run)},
+	{"default_last", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "30s",
+	 DAEMON(default_last_ns)},
+	{"max_duration", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "1h",
+	 DAEMON(max_duration_ns)},
+	{"max_bytes", RP_CONFIG_SIZE, .min = 0, .max = UINT64_MAX, .def = "10GiB",
+	 DAEMON(sessions_max_bytes)},
+	{"max_count", RP_CONFIG_UINT, .min = 0, .max = 100000000, .def = "1000",
+	 DAEMON(sessions_max_count)},
+	{"exports", RP_CONFIG_CUSTOM, .parse = parse_exports, .print = print_exports,
+	 .def = "xplane,perfetto,pprof,json,summary", DAEMON(session_exports)},
+	{"perfetto_grouping", RP_CONFIG_CUSTOM, .parse = parse_grouping, .print = print_grouping,
+	 .def = "process", DAEMON(perfetto_grouping)},
+	{"max_open", RP_CONFIG_UINT, .min = 1, .max = 4096, .def = "16", DAEMON(sessions_max_open)},
+	{"export_queue", RP_CONFIG_UINT, .min = 1, .max = 100000, .def = "64",
+	 DAEMON(export_queue)},
+};
+
+static const struct rp_config_key alertmanager_keys[] = {
+	{"before", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "1m",
+	 DAEMON(alerts.before_ns)},
+	{"after", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "10s",
+	 DAEMON(alerts.after_ns)},
+	{"run_label", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, .check = check_label, .def = "job",
+	 DAEMON(alert_run_label)},
+	{"cooldown", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "10m",
+	 DAEMON(alerts.cooldown_ns)},
+	{"max_per_hour", RP_CONFIG_UINT, .min = 1, .max = 3600, .def = "20",
+	 DAEMON(alerts.max_per_hour)},
+};
 
 static const char *const rule_types[] = {
 	[RP_RULE_SLOW_RANGE] = "slow_range", [RP_RULE_COUNTER_ABOVE] = "counter_above",
 };
 
-static int set_rule_type(struct rp_rule_config *r, const char *v, struct rp_err *err)
+/* Each rule type's own keys print for its rules (and untyped ones). */
+static bool slow_range_key(const void *rule)
 {
-	for (int t = RP_RULE_SLOW_RANGE; t <= RP_RULE_COUNTER_ABOVE; t++)
-		if (!strcmp(v, rule_types[t])) {
-			r->type = (enum rp_rule_type)t;
-			return 0;
+	return ((const struct rp_rule_config *)rule)->type != RP_RULE_COUNTER_ABOVE;
+}
+
+static bool counter_above_key(const void *rule)
+{
+	return ((const struct rp_rule_config *)rule)->type != RP_RULE_SLOW_RANGE;
+}
+
+#define RULE(member) RP_CONFIG_FIELD(struct rp_rule_config, member)
+
+static const struct rp_config_key rule_keys[] = {
+	{"type", RP_CONFIG_ENUM, RP_CONFIG_IF_SET, .names = rule_types, .max = 3, RULE(type)},
+	{"range", RP_CONFIG_STRING, RP_CONFIG_IF_SET,
+	 .text = "give the range's name, e.g. train_step", RULE(range)},
+	{"factor", RP_CONFIG_NUMBER, .check = check_factor, .def = "3", .shown = slow_range_key,
+	 RULE(factor)},
+	{"window", RP_CONFIG_UINT, .min = 1, .max = 1000, .def = "50", .shown = slow_range_key,
+	 RULE(window)},
+	{"counter", RP_CONFIG_STRING, RP_CONFIG_IF_SET,
+	 .text = "give the counter's name, e.g. gpu_temp", RULE(counter)},
+	{"threshold", RP_CONFIG_NUMBER, .present = offsetof(struct rp_rule_config, has_threshold),
+	 RULE(threshold)},
+	{"for", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "10s",
+	 .shown = counter_above_key, RULE(for_ns)},
+	{"before", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "1m",
+	 RULE(trigger.before_ns)},
+	{"after", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "5s",
+	 RULE(trigger.after_ns)},
+	{"cooldown", RP_CONFIG_DURATION, .min = 1, .max = MAX_DURATION_LIMIT, .def = "10m",
+	 RULE(trigger.cooldown_ns)},
+	{"max_per_hour", RP_CONFIG_UINT, .min = 1, .max = 3600, .def = "20",
+	 RULE(trigger.max_per_hour)},
+};
+
+#define KEYS(rows) .keys = rows, .nkeys = sizeof(rows) / sizeof(rows[0])
+
+static const struct rp_config_section daemon_section = {"daemon", KEYS(daemon_keys)};
+static const struct rp_config_section api_section = {"api", KEYS(api_keys)};
+static const struct rp_config_section rings_section = {
+	"rings", KEYS(ring_keys), .base = offsetof(struct rp_config, ring_default)};
+static const struct rp_config_section ring_device_section = {
+	"ring.", "DEVICE", KEYS(ring_keys), .base = offsetof(struct rp_config, rings),
+	.list = &(const struct rp_config_list){
+		.count = offsetof(struct rp_config, nrings),
+		.entry_size = sizeof(struct rp_ring_config),
+		.max = RP_CONFIG_MAX_RINGS,
+		.what = "device name",
+		.too_many = "too many device sections",
+		.limit_note = " devices can have their own ring settings (the rest use [rings])",
+		.overrides = true,
+	}};
+static const struct rp_config_section producers_section = {"producers", KEYS(producers_keys)};
+static const struct rp_config_section sampler_section = {"sampler", KEYS(sampler_keys)};
+static const struct rp_config_section psi_section = {"psi", KEYS(psi_keys)};
+static const struct rp_config_section host_metrics_section = {"host_metrics",
+							      KEYS(host_metrics_keys)};
+static const struct rp_config_section sessions_section = {"sessions", KEYS(sessions_keys)};
+static const struct rp_config_section alertmanager_section = {"alertmanager",
+							      KEYS(alertmanager_keys)};
+static const struct rp_config_section rule_section = {
+	"rule.", "NAME", KEYS(rule_keys), .base = offsetof(struct rp_config, rules),
+	.list = &(const struct rp_config_list){
+		.count = offsetof(struct rp_config, nrules),
+		.entry_size = sizeof(struct rp_rule_config),
+		.max = RP_CONFIG_MAX_RULES,
+		.what = "rule name",
+		.too_many = "too many rules",
+		.limit_note = "",
+	}};
+
+const struct rp_config_section *const rp_config_sections[] = {
+	&daemon_section,  &api_section,          &rings_section,    &ring_device_section,
+	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &sessions_section,
+	&alertmanager_section, &rule_section,
+};
+const size_t rp_config_nsections = sizeof(rp_config_sections) / sizeof(rp_config_sections[0]);
+
+/* ---- reading and printing a value by its kind ---- */
+
+/* Zero-fills the rest of dst so equal configs are equal bytes. */
+static void set_string(char *dst, size_t size, const char *value)
+{
+	memset(dst, 0, size);
+	memcpy(dst, value, strlen(value));
+}
+
+static void format_size(uint64_t bytes, char *out, size_t len)
+{
+	static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+	for (unsigned i = 0; i < 4; i++) {
+		unsigned shift = 10 * (4 - i);
+		if (bytes && bytes % (1ull << shift) == 0) {
+			snprintf(out, len, "%llu%s", (unsigned long long)(bytes >> shift), units[i]);
+			return;
 		}
-	return rp_err_set(err, -EINVAL, "'%s' is not one of slow_range, counter_above", v);
+	}
+	snprintf(out, len, "%llu", (unsigned long long)bytes);
 }
 
-static int set_rule_range(struct rp_rule_config *r, const char *v, struct rp_err *err)
+static int out_of_bounds(const struct rp_config_key *k, const char *v, uint64_t n,
+			 struct rp_err *err)
 {
-	if (!*v)
-		return rp_err_set(err, -EINVAL, "empty value; give the range's name, e.g. train_step");
-	return set_string(r->range, sizeof(r->range), v, false, err);
+	if (n >= k->min && n <= k->max)
+		return 0;
+	char limit[32];
+	uint64_t bound = n < k->min ? k->min : k->max;
+	if (k->kind == RP_CONFIG_SIZE)
+		format_size(bound, limit, sizeof(limit));
+	else
+		rp_format_duration(bound, limit, sizeof(limit));
+	return rp_err_set(err, -ERANGE, "'%s' is %s than the %s, %s", v, n < k->min ? "less" : "more",
+			  n < k->min ? "minimum" : "maximum", limit);
 }
 
-static int set_rule_counter(struct rp_rule_config *r, const char *v, struct rp_err *err)
+static int not_one_of(const struct rp_config_key *k, const char *v, struct rp_err *err)
 {
-	if (!*v)
-		return rp_err_set(err, -EINVAL, "empty value; give the counter's name, e.g. gpu_temp");
-	return set_string(r->counter, sizeof(r->counter), v, false, err);
+	static const char *const booleans[] = {"true", "false"};
+	const char *const *names = k->kind == RP_CONFIG_BOOL ? booleans : k->names;
+	size_t n = k->kind == RP_CONFIG_BOOL ? 2 : k->max;
+	char known[160] = "";
+	for (size_t i = 0; i < n; i++)
+		if (names[i])
+			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s",
+				 known[0] ? ", " : "", names[i]);
+	return rp_err_set(err, -EINVAL, "'%s' is not one of %s", v, known);
 }
 
-static int number(const char *v, double *out, struct rp_err *err)
+/* The value v of key k into its field at base. */
+static int parse_value(const struct rp_config_key *k, void *base, const char *v,
+		       struct rp_err *err)
 {
-	char *end;
-	errno = 0;
-	double d = strtod(v, &end);
-	if (!*v || *end || errno || !isfinite(d))
-		return rp_err_set(err, -EINVAL, "'%s' is not a finite number", v);
-	*out = d;
-	return 0;
+	char *field = (char *)base + k->offset;
+	uint64_t n = 0;
+	unsigned u = 0;
+	double d = 0;
+	int rc = 0;
+	switch (k->kind) {
+	case RP_CONFIG_BOOL:
+		if (strcmp(v, "true") && strcmp(v, "false"))
+			return not_one_of(k, v, err);
+		*(bool *)field = !strcmp(v, "true");
+		return 0;
+	case RP_CONFIG_ENUM:
+		while (u < k->max && !(k->names[u] && !strcmp(k->names[u], v)))
+			u++;
+		if (u == k->max)
+			return not_one_of(k, v, err);
+		memcpy(field, &u, sizeof(u));
+		return 0;
+	case RP_CONFIG_UINT:
+		if ((rc = rp_parse_uint(v, (unsigned)k->min, (unsigned)k->max, &u, err)) ||
+		    (k->check && (rc = k->check(v, &u, err))))
+			return rc;
+		memcpy(field, &u, sizeof(u));
+		return 0;
+	case RP_CONFIG_DURATION:
+		if ((k->flags & RP_CONFIG_NONE) && !strcmp(v, "none"))
+			n = MAX_AGE_NONE;
+		else if ((rc = rp_parse_duration(v, &n, err)) || (rc = out_of_bounds(k, v, n, err)))
+			return rc;
+		if (k->check && (rc = k->check(v, &n, err)))
+			return rc;
+		memcpy(field, &n, sizeof(n));
+		return 0;
+	case RP_CONFIG_SIZE:
+		if ((rc = rp_parse_size(v, &n, err)) || (rc = out_of_bounds(k, v, n, err)) ||
+		    (k->check && (rc = k->check(v, &n, err))))
+			return rc;
+		if (k->size == sizeof(uint32_t))
+			*(uint32_t *)field = (uint32_t)n;
+		else
+			*(uint64_t *)field = n;
+		return 0;
+	case RP_CONFIG_NUMBER: {
+		char *end;
+		errno = 0;
+		d = strtod(v, &end);
+		if (!*v || *end || errno || !isfinite(d))
+			return rp_err_set(err, -EINVAL, "'%s' is not a finite number", v);
+		if (k->check && (rc = k->check(v, &d, err)))
+			return rc;
+		memcpy(field, &d, sizeof(d));
+		if (k->present)
+			*(bool *)((char *)base + k->present) = true;
+		return 0;
+	}
+	case RP_CONFIG_NAME:
+		if ((*v || !(k->flags & RP_CONFIG_EMPTY_OK)) &&
+		    (rc = rp_check_name(v, k->size - 1, k->text, err)))
+			return rc;
+		__attribute__((fallthrough)); /* a name is a string that passed the check */
+	case RP_CONFIG_STRING:
+		if (!*v && !(k->flags & RP_CONFIG_EMPTY_OK))
+			return rp_err_set(err, -EINVAL, "empty value; %s", k->text);
+		if (k->check && (rc = k->check(v, v, err)))
+			return rc;
+		if (strlen(v) >= k->size)
+			return rp_err_set(err, -ENAMETOOLONG,
+					  "'%.40s...' is %zu bytes; the limit is %zu", v, strlen(v),
+					  k->size - 1);
+		set_string(field, k->size, v);
+		return 0;
+	case RP_CONFIG_CUSTOM:
+		return k->parse(field, v, err);
+	}
+	return rp_err_set(err, -EINVAL, "key '%s' has no kind: this is a bug in ringprofd", k->name);
 }
 
-static int set_rule_factor(struct rp_rule_config *r, const char *v, struct rp_err *err)
+/* The value of key k at base as the file syntax writes it, "" when it is
+ * not printed (unset, or not the rule type's). */
+static bool format_value(const struct rp_config_key *k, const void *base, bool overrides,
+			 char *out, size_t len)
 {
-	double d;
-	int rc = number(v, &d, err);
-	if (rc)
-		return rc;
-	if (d <= 1 || d > 1000)
-		return rp_err_set(err, -ERANGE, "'%s' is outside (1, 1000]: a range slower than its median "
-				  "by this factor fires, e.g. 3", v);
-	r->factor = d;
-	return 0;
+	const char *field = (const char *)base + k->offset;
+	uint64_t n = 0;
+	unsigned u = 0;
+	double d = 0;
+	if (k->shown && !k->shown(base))
+		return false;
+	if (k->present && !*(const bool *)((const char *)base + k->present))
+		return false;
+	if (overrides || (k->flags & RP_CONFIG_IF_SET)) {
+		bool set = false;
+		for (size_t i = 0; i < k->size && !set; i++)
+			set = field[i] != 0;
+		if (!set)
+			return false;
+	}
+	out[0] = '\0';
+	switch (k->kind) {
+	case RP_CONFIG_BOOL:
+		snprintf(out, len, "%s", *(const bool *)field ? "true" : "false");
+		break;
+	case RP_CONFIG_ENUM:
+		memcpy(&u, field, sizeof(u));
+		snprintf(out, len, "%s", u < k->max && k->names[u] ? k->names[u] : "");
+		break;
+	case RP_CONFIG_UINT:
+		memcpy(&u, field, sizeof(u));
+		snprintf(out, len, "%u", u);
+		break;
+	case RP_CONFIG_DURATION:
+		memcpy(&n, field, sizeof(n));
+		if ((k->flags & RP_CONFIG_NONE) && n == MAX_AGE_NONE)
+			snprintf(out, len, "none");
+		else
+			rp_format_duration(n, out, len);
+		break;
+	case RP_CONFIG_SIZE:
+		n = k->size == sizeof(uint32_t) ? *(const uint32_t *)field : *(const uint64_t *)field;
+		format_size(n, out, len);
+		break;
+	case RP_CONFIG_NUMBER:
+		memcpy(&d, field, sizeof(d));
+		snprintf(out, len, "%.17g", d);
+		break;
+	case RP_CONFIG_NAME:
+	case RP_CONFIG_STRING:
+		snprintf(out, len, "%s", field);
+		break;
+	case RP_CONFIG_CUSTOM:
+		k->print(field, out, len);
+		break;
+	}
+	return true;
 }
 
-static int set_rule_window(struct rp_rule_config *r, const char *v, struct rp_err *err)
+/* The rows' defaults into the struct at base. */
+static void apply_defaults(const struct rp_config_section *s, void *base)
 {
-	return rp_parse_uint(v, 1, 1000, &r->window, err);
+	struct rp_err ignored = {0}; /* test_config_docs: every default loads */
+	for (size_t i = 0; i < s->nkeys; i++)
+		if (s->keys[i].def)
+			(void)parse_value(&s->keys[i], base, s->keys[i].def, &ignored);
 }
 
-static int set_rule_threshold(struct rp_rule_config *r, const char *v, struct rp_err *err)
+void rp_config_defaults(struct rp_config *c)
 {
-	int rc = number(v, &r->threshold, err);
-	if (rc == 0)
-		r->has_threshold = true;
-	return rc;
+	memset(c, 0, sizeof(*c)); /* also zeroes padding: configs compare with memcmp */
+	for (size_t i = 0; i < rp_config_nsections; i++)
+		if (!rp_config_sections[i]->list)
+			apply_defaults(rp_config_sections[i], (char *)c + rp_config_sections[i]->base);
+	/* The paths depend on who runs the daemon: no row default. */
+	if (!rp_default_socket_path(c->socket, sizeof(c->socket)))
+		c->socket[0] = '\0'; /* did not fit; rp_config_check says so */
+	if (!rp_default_state_dir(c->state_dir, sizeof(c->state_dir)))
+		c->state_dir[0] = '\0';
+	if (!rp_default_logdir(c->logdir, sizeof(c->logdir)))
+		c->logdir[0] = '\0';
 }
 
-static int set_rule_for(struct rp_rule_config *r, const char *v, struct rp_err *err)
+/* ---- sections by name ---- */
+
+static const struct rp_config_section *find_section(const char *name)
 {
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->for_ns, err);
-}
-
-static int set_rule_before(struct rp_rule_config *r, const char *v, struct rp_err *err)
-{
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->trigger.before_ns, err);
-}
-
-static int set_rule_after(struct rp_rule_config *r, const char *v, struct rp_err *err)
-{
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->trigger.after_ns, err);
-}
-
-static int set_rule_cooldown(struct rp_rule_config *r, const char *v, struct rp_err *err)
-{
-	return duration_in(v, 1, MAX_DURATION_LIMIT, &r->trigger.cooldown_ns, err);
-}
-
-static int set_rule_max_per_hour(struct rp_rule_config *r, const char *v, struct rp_err *err)
-{
-	return rp_parse_uint(v, 1, 3600, &r->trigger.max_per_hour, err);
-}
-
-static const struct rule_key {
-	const char *name;
-	rule_setter set;
-} rule_keys[] = {
-	{"type", set_rule_type},       {"range", set_rule_range},
-	{"factor", set_rule_factor},   {"window", set_rule_window},
-	{"counter", set_rule_counter}, {"threshold", set_rule_threshold},
-	{"for", set_rule_for},         {"before", set_rule_before},
-	{"after", set_rule_after},     {"cooldown", set_rule_cooldown},
-	{"max_per_hour", set_rule_max_per_hour},
-};
-#define N_RULE_KEYS (sizeof(rule_keys) / sizeof(rule_keys[0]))
-
-/* ---- the schema ---- */
-
-struct key_def {
-	const char *name;
-	setter set;
-};
-
-#define KEYS(...) (const struct key_def[]){__VA_ARGS__, {NULL, NULL}}
-
-static const struct section_def {
-	const char *name; /* "ring." is the prefix of per-device sections */
-	const struct key_def *keys;
-} sections[] = {
-	{"daemon", KEYS({"socket", set_socket}, {"state_dir", set_state_dir},
-			{"logdir", set_logdir}, {"poll_interval", set_poll_interval},
-			{"seal_interval", set_seal_interval}, {"host_name", set_host_name})},
-	{"api", KEYS({"tcp_listen", set_tcp_listen}, {"token_file", set_token_file},
-		     {"max_connections", set_api_max_connections},
-		     {"max_connections_per_peer", set_api_max_connections_per_peer},
-		     {"header_timeout", set_api_header_timeout},
-		     {"max_requests", set_api_max_requests},
-		     {"max_snapshots", set_api_max_snapshots})},
-	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size},
-		       {"max_age", set_max_age})},
-	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size},
-		       {"max_age", set_max_age})},
-	{"producers", KEYS({"ring_size", set_ring_size}, {"max_rings", set_max_rings},
-			   {"max_rings_per_process", set_max_rings_per_process},
-			   {"max_shm", set_max_shm}, {"max_devices", set_max_devices},
-			   {"device_index_max", set_device_index_max})},
-	{"sampler", KEYS({"enabled", set_sampler_enabled}, {"frequency", set_sampler_frequency},
-			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup},
-			 {"pids", set_sampler_pids})},
-	{"host_metrics", KEYS({"enabled", set_host_metrics_enabled},
-			      {"interval", set_host_metrics_interval})},
-	{"psi", KEYS({"enabled", set_psi_enabled}, {"interval", set_psi_interval})},
-	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
-			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
-			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports},
-			  {"perfetto_grouping", set_perfetto_grouping},
-			  {"max_open", set_sessions_max_open}, {"export_queue", set_export_queue})},
-	{"alertmanager", KEYS({"before", set_alert_before}, {"after", set_alert_after},
-			      {"run_label", set_run_label}, {"cooldown", set_alert_cooldown},
-			      {"max_per_hour", set_alert_max_per_hour})},
-	/* [rule.NAME] keys are rule_keys, handled apart */
-	{"rule.", KEYS({NULL, NULL})},
-};
-#define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
-#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [sessions], [alertmanager], [rule.NAME]"
-
-static bool is_ring_section(const char *name)
-{
-	return !strncmp(name, "ring.", 5);
-}
-
-static bool is_rule_section(const char *name)
-{
-	return !strncmp(name, "rule.", 5);
-}
-
-static const struct section_def *find_section(const char *name)
-{
-	for (size_t i = 0; i < N_SECTIONS; i++)
-		if (!strcmp(sections[i].name, name) ||
-		    (is_ring_section(name) && !strcmp(sections[i].name, "ring.")) ||
-		    (is_rule_section(name) && !strcmp(sections[i].name, "rule.")))
-			return &sections[i];
+	for (size_t i = 0; i < rp_config_nsections; i++) {
+		const struct rp_config_section *s = rp_config_sections[i];
+		if (s->list ? !strncmp(name, s->name, strlen(s->name)) : !strcmp(name, s->name))
+			return s;
+	}
 	return NULL;
 }
 
-static int rule_index(const struct rp_config *c, const char *name)
+/* "[daemon], [api], ..., [ring.DEVICE], ..." */
+static const char *known_sections(char *out, size_t len)
 {
-	for (unsigned i = 0; i < c->nrules; i++)
-		if (!strcmp(c->rules[i].name, name))
-			return (int)i;
-	return -1;
+	out[0] = '\0';
+	for (size_t i = 0; i < rp_config_nsections; i++)
+		snprintf(out + strlen(out), len - strlen(out), "%s[%s%s]", i ? ", " : "",
+			 rp_config_sections[i]->name,
+			 rp_config_sections[i]->list ? rp_config_sections[i]->instance : "");
+	return out;
+}
+
+static unsigned list_count(const struct rp_config_section *s, const struct rp_config *c)
+{
+	unsigned n;
+	memcpy(&n, (const char *)c + s->list->count, sizeof(n));
+	return n;
+}
+
+static char *list_entry(const struct rp_config_section *s, const struct rp_config *c, unsigned i)
+{
+	return (char *)c + s->base + (size_t)i * s->list->entry_size;
+}
+
+/* The entry of [prefix.name], NULL when there is none. */
+static char *find_entry(const struct rp_config_section *s, const struct rp_config *c,
+			const char *name)
+{
+	for (unsigned i = 0; i < list_count(s, c); i++)
+		if (!strcmp(list_entry(s, c, i), name))
+			return list_entry(s, c, i);
+	return NULL;
 }
 
 /* Index of the device's [ring.DEVICE] entry, -1 when it has none. */
@@ -766,6 +667,13 @@ static int ring_index(const struct rp_config *c, const char *device)
 		if (!strcmp(c->rings[i].device, device))
 			return (int)i;
 	return -1;
+}
+
+/* What the keys of [name] count from; NULL for an entry not created. */
+static char *section_base(const struct rp_config_section *s, struct rp_config *c,
+			  const char *name)
+{
+	return s->list ? find_entry(s, c, name + strlen(s->name)) : (char *)c + s->base;
 }
 
 /* ---- loading ---- */
@@ -787,79 +695,38 @@ static int fail(struct loader *l, int rc)
 	return rc;
 }
 
-/* Creates the entry of a [rule.NAME] section, from the rule defaults. */
-static int begin_rule(struct loader *l, const char *section)
-{
-	struct rp_config *c = l->c;
-	int rc = rp_check_name(section + 5, NAME_MAX_LEN, "rule name", l->err);
-	if (rc) {
-		rp_err_prefix(l->err, "%s:%d: [%s]", l->path, l->line, section);
-		return fail(l, rc);
-	}
-	if (rule_index(c, section + 5) >= 0)
-		return 0;
-	if (c->nrules == RP_CONFIG_MAX_RULES)
-		return fail(l, rp_err_set(l->err, -E2BIG, "%s:%d: [%s]: too many rules; at most %d",
-					  l->path, l->line, section, RP_CONFIG_MAX_RULES));
-	rule_defaults(&c->rules[c->nrules++], section + 5);
-	return 0;
-}
-
-static int handle_rule_key(struct loader *l, const char *section, const char *name,
-			   const char *value)
-{
-	const struct rule_key *k = NULL;
-	for (size_t i = 0; i < N_RULE_KEYS && !k; i++)
-		if (!strcmp(rule_keys[i].name, name))
-			k = &rule_keys[i];
-	if (!k) {
-		char known[160] = "";
-		for (size_t i = 0; i < N_RULE_KEYS; i++)
-			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s",
-				 i ? ", " : "", rule_keys[i].name);
-		fail(l, rp_err_set(l->err, -EINVAL, "%s:%d: unknown key '%s' in [%s]; known keys: %s",
-				   l->path, l->line, name, section, known));
-		return 0;
-	}
-	int rc = k->set(&l->c->rules[rule_index(l->c, section + 5)], value, l->err);
-	if (rc) {
-		rp_err_prefix(l->err, "%s:%d: [%s] %s", l->path, l->line, section, name);
-		fail(l, rc);
-		return 0;
-	}
-	return 1;
-}
-
 /* Validates a section header (even one with no keys, which inih never
- * reports) and creates the entry of a [ring.DEVICE] section.  Repeating a
- * section adds to it; later keys win. */
+ * reports) and creates the entry of a [ring.DEVICE] or [rule.NAME]
+ * section.  Repeating a section adds to it; later keys win. */
 static int begin_section(struct loader *l, const char *name)
 {
-	if (!find_section(name))
-		return fail(l, rp_err_set(l->err, -EINVAL,
-					  "%s:%d: unknown section [%s]; known sections: " KNOWN_SECTIONS,
-					  l->path, l->line, name));
-	if (is_rule_section(name))
-		return begin_rule(l, name);
-	if (!is_ring_section(name))
+	const struct rp_config_section *s = find_section(name);
+	char known[256];
+	if (!s)
+		return fail(l, rp_err_set(l->err, -EINVAL, "%s:%d: unknown section [%s]; known sections: %s",
+					  l->path, l->line, name, known_sections(known, sizeof(known))));
+	if (!s->list)
 		return 0;
-	const char *device = name + 5;
-	int rc = rp_check_name(device, NAME_MAX_LEN, "device name", l->err);
+	const struct rp_config_list *list = s->list;
+	const char *entry_name = name + strlen(s->name);
+	int rc = rp_check_name(entry_name, NAME_MAX_LEN, list->what, l->err);
 	if (rc) {
 		rp_err_prefix(l->err, "%s:%d: [%s]", l->path, l->line, name);
 		return fail(l, rc);
 	}
 	struct rp_config *c = l->c;
-	if (ring_index(c, device) >= 0)
+	if (find_entry(s, c, entry_name))
 		return 0;
-	if (c->nrings == RP_CONFIG_MAX_RINGS)
-		return fail(l, rp_err_set(l->err, -E2BIG,
-					  "%s:%d: [%s]: too many device sections; at most %d devices "
-					  "can have their own ring settings (the rest use [rings])",
-					  l->path, l->line, name, RP_CONFIG_MAX_RINGS));
-	struct rp_ring_config *r = &c->rings[c->nrings++];
-	memset(r, 0, sizeof(*r)); /* budget and slot size 0: inherit [rings] */
-	snprintf(r->device, sizeof(r->device), "%s", device);
+	unsigned n = list_count(s, c);
+	if (n == list->max)
+		return fail(l, rp_err_set(l->err, -E2BIG, "%s:%d: [%s]: %s; at most %u%s", l->path,
+					  l->line, name, list->too_many, list->max, list->limit_note));
+	char *e = list_entry(s, c, n++);
+	memcpy((char *)c + list->count, &n, sizeof(n));
+	memset(e, 0, list->entry_size); /* overrides: all unset, inherit */
+	snprintf(e, RP_CONFIG_NAME_SIZE, "%s", entry_name);
+	if (!list->overrides)
+		apply_defaults(s, e);
 	return 0;
 }
 
@@ -899,40 +766,35 @@ static char *read_line(char *buf, int size, void *stream)
 	return buf;
 }
 
+
 static int handle_key(void *user, const char *section, const char *name, const char *value)
 {
 	struct loader *l = user;
+	char known[256];
 	if (l->rc)
 		return 1; /* already failed; only the first error is reported */
 	if (!*section) {
 		fail(l, rp_err_set(l->err, -EINVAL,
-				   "%s:%d: key '%s' is outside any section; put it under one of "
-				   KNOWN_SECTIONS,
-				   l->path, l->line, name));
+				   "%s:%d: key '%s' is outside any section; put it under one of %s",
+				   l->path, l->line, name, known_sections(known, sizeof(known))));
 		return 0;
 	}
 	if (begin_section(l, section)) /* known already from read_line; idempotent */
 		return 0;
-	if (is_rule_section(section))
-		return handle_rule_key(l, section, name, value);
-	const struct section_def *s = find_section(section);
-	const struct key_def *k = s->keys;
-	while (k->name && strcmp(k->name, name))
+	const struct rp_config_section *s = find_section(section);
+	const struct rp_config_key *k = s->keys;
+	while (k < s->keys + s->nkeys && strcmp(k->name, name))
 		k++;
-	if (!k->name) {
-		char known[128] = "";
-		for (const struct key_def *kk = s->keys; kk->name; kk++)
+	if (k == s->keys + s->nkeys) {
+		known[0] = '\0';
+		for (size_t i = 0; i < s->nkeys; i++)
 			snprintf(known + strlen(known), sizeof(known) - strlen(known), "%s%s",
-				 kk == s->keys ? "" : ", ", kk->name);
+				 i ? ", " : "", s->keys[i].name);
 		fail(l, rp_err_set(l->err, -EINVAL, "%s:%d: unknown key '%s' in [%s]; known keys: %s",
 				   l->path, l->line, name, section, known));
 		return 0;
 	}
-	struct rp_ring_config *ring =
-		!strcmp(section, "rings")  ? &l->c->ring_default
-		: is_ring_section(section) ? &l->c->rings[ring_index(l->c, section + 5)]
-					   : NULL;
-	int rc = k->set(l->c, ring, value, l->err);
+	int rc = parse_value(k, section_base(s, l->c, section), value, l->err);
 	if (rc) {
 		rp_err_prefix(l->err, "%s:%d: [%s] %s", l->path, l->line, section, name);
 		fail(l, rc);
@@ -1092,120 +954,28 @@ int rp_config_check(const struct rp_config *c, struct rp_err *err)
 	return rc;
 }
 
-static void print_string(FILE *out, const char *key, const char *value)
+static void print_keys(const struct rp_config_section *s, const void *base, FILE *out)
 {
-	fprintf(out, "%s =%s%s\n", key, *value ? " " : "", value);
-}
-
-static void print_duration(FILE *out, const char *key, uint64_t ns)
-{
-	char buf[64];
-	rp_format_duration(ns, buf, sizeof(buf));
-	fprintf(out, "%s = %s\n", key, buf);
-}
-
-static void print_max_age(FILE *out, uint64_t ns)
-{
-	if (ns && ns != MAX_AGE_NONE)
-		print_duration(out, "max_age", ns);
-	else
-		fprintf(out, "max_age = none\n");
-}
-
-static void print_size(FILE *out, const char *key, uint64_t bytes)
-{
-	char buf[32];
-	format_size(bytes, buf, sizeof(buf));
-	fprintf(out, "%s = %s\n", key, buf);
+	char value[VALUE_MAX];
+	for (size_t i = 0; i < s->nkeys; i++)
+		if (format_value(&s->keys[i], base, s->list && s->list->overrides, value,
+				 sizeof(value)))
+			fprintf(out, "%s =%s%s\n", s->keys[i].name, *value ? " " : "", value);
 }
 
 void rp_config_print(const struct rp_config *c, FILE *out)
 {
-	fprintf(out, "# ringprofd effective configuration (usable as --config FILE)\n[daemon]\n");
-	print_string(out, "socket", c->socket);
-	print_string(out, "state_dir", c->state_dir);
-	print_string(out, "logdir", c->logdir);
-	print_duration(out, "poll_interval", c->poll_interval_ns);
-	print_duration(out, "seal_interval", c->seal_interval_ns);
-	print_string(out, "host_name", c->host_name);
-	fprintf(out, "\n[api]\n");
-	print_string(out, "tcp_listen", c->tcp_listen);
-	print_string(out, "token_file", c->token_file);
-	fprintf(out, "max_connections = %u\nmax_connections_per_peer = %u\n", c->api_max_connections,
-		c->api_max_connections_per_peer);
-	print_duration(out, "header_timeout", c->api_header_timeout_ns);
-	fprintf(out, "max_requests = %u\nmax_snapshots = %u\n", c->api_max_requests,
-		c->api_max_snapshots);
-	fprintf(out, "\n[rings]\n");
-	print_size(out, "budget", c->ring_default.budget_bytes);
-	print_size(out, "slot_size", c->ring_default.slot_size);
-	print_max_age(out, c->ring_default.max_age_ns);
-	for (unsigned i = 0; i < c->nrings; i++) {
-		const struct rp_ring_config *r = &c->rings[i];
-		fprintf(out, "\n[ring.%s]\n", r->device);
-		if (r->budget_bytes) /* unset keys inherit [rings] */
-			print_size(out, "budget", r->budget_bytes);
-		if (r->slot_size)
-			print_size(out, "slot_size", r->slot_size);
-		if (r->max_age_ns)
-			print_max_age(out, r->max_age_ns);
-	}
-	fprintf(out, "\n[producers]\n");
-	print_size(out, "ring_size", c->producer_ring_size);
-	fprintf(out, "max_rings = %u\nmax_rings_per_process = %u\n", c->producer_max_rings,
-		c->producer_max_rings_per_process);
-	print_size(out, "max_shm", c->producer_max_shm);
-	fprintf(out, "max_devices = %u\ndevice_index_max = %u\n", c->producer_max_devices,
-		c->producer_device_index_max);
-	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\n",
-		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth);
-	print_string(out, "cgroup", c->sampler_cgroup);
-	fprintf(out, "pids =");
-	for (unsigned i = 0; i < c->sampler_npids; i++)
-		fprintf(out, "%s%u", i ? "," : " ", c->sampler_pids[i]);
-	fputc('\n', out);
-	fprintf(out, "\n[host_metrics]\nenabled = %s\n", c->host_metrics_enabled ? "true" : "false");
-	print_duration(out, "interval", c->host_metrics_interval_ns);
-	fprintf(out, "\n[psi]\nenabled = %s\n", c->psi_enabled ? "true" : "false");
-	print_duration(out, "interval", c->psi_interval_ns);
-	fprintf(out, "\n[sessions]\n");
-	print_string(out, "default_run", c->default_run);
-	print_duration(out, "default_last", c->default_last_ns);
-	print_duration(out, "max_duration", c->max_duration_ns);
-	print_size(out, "max_bytes", c->sessions_max_bytes);
-	fprintf(out, "max_count = %u\nexports = ", c->sessions_max_count);
-	if (!c->session_exports)
-		fputs("none", out);
-	for (unsigned f = 0, n = 0; f < RP_EXPORT_NFORMATS; f++)
-		if (c->session_exports & 1u << f)
-			fprintf(out, "%s%s", n++ ? "," : "", rp_export_format_name(f));
-	fprintf(out, "\nperfetto_grouping = %s\n",
-		rp_export_grouping_name((enum rp_perfetto_grouping)c->perfetto_grouping));
-	fprintf(out, "max_open = %u\nexport_queue = %u\n", c->sessions_max_open, c->export_queue);
-	fprintf(out, "\n[alertmanager]\n");
-	print_duration(out, "before", c->alerts.before_ns);
-	print_duration(out, "after", c->alerts.after_ns);
-	print_string(out, "run_label", c->alert_run_label);
-	print_duration(out, "cooldown", c->alerts.cooldown_ns);
-	fprintf(out, "max_per_hour = %u\n", c->alerts.max_per_hour);
-	for (unsigned i = 0; i < c->nrules; i++) {
-		const struct rp_rule_config *r = &c->rules[i];
-		fprintf(out, "\n[rule.%s]\n", r->name);
-		if (r->type != RP_RULE_UNSET)
-			fprintf(out, "type = %s\n", rule_types[r->type]);
-		if (r->range[0])
-			print_string(out, "range", r->range);
-		if (r->type != RP_RULE_COUNTER_ABOVE) /* each type's own keys */
-			fprintf(out, "factor = %.17g\nwindow = %u\n", r->factor, r->window);
-		if (r->counter[0])
-			print_string(out, "counter", r->counter);
-		if (r->has_threshold)
-			fprintf(out, "threshold = %.17g\n", r->threshold);
-		if (r->type != RP_RULE_SLOW_RANGE)
-			print_duration(out, "for", r->for_ns);
-		print_duration(out, "before", r->trigger.before_ns);
-		print_duration(out, "after", r->trigger.after_ns);
-		print_duration(out, "cooldown", r->trigger.cooldown_ns);
-		fprintf(out, "max_per_hour = %u\n", r->trigger.max_per_hour);
+	fprintf(out, "# ringprofd effective configuration (usable as --config FILE)\n");
+	for (size_t i = 0; i < rp_config_nsections; i++) {
+		const struct rp_config_section *s = rp_config_sections[i];
+		if (!s->list) {
+			fprintf(out, "%s[%s]\n", i ? "\n" : "", s->name);
+			print_keys(s, (const char *)c + s->base, out);
+		}
+		for (unsigned e = 0; s->list && e < list_count(s, c); e++) {
+			const char *entry = list_entry(s, c, e);
+			fprintf(out, "\n[%s%s]\n", s->name, entry);
+			print_keys(s, entry, out);
+		}
 	}
 }

@@ -1,11 +1,18 @@
 /* ringprofd configuration: embedded defaults, overridden by an INI file
  * (parsed with inih) and then by command-line flags.  Parsing is strict:
  * an unknown section or key, or a bad value, is an error naming the file
- * and line. See docs/configuration.md for every key. */
+ * and line. See docs/configuration.md for every key.
+ *
+ * Every key is a row of a table (struct rp_config_key) and every section
+ * a table of rows (struct rp_config_section): the rows drive loading,
+ * the defaults, the error messages and --print-config, and
+ * tests/unit/test_config_docs.c checks docs/configuration.md against
+ * them. */
 #ifndef RINGPROF_CONFIG_H
 #define RINGPROF_CONFIG_H
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -63,7 +70,7 @@ struct rp_ring_config {
 	char device[64];      /* "host", "gpu0", ...; "" = the default for all */
 	uint64_t budget_bytes;
 	uint32_t slot_size;   /* largest chunk */
-	uint64_t max_age_ns;  /* 0: unset (none, or [ring.X]: inherit [rings]); UINT64_MAX: "none" */
+	uint64_t max_age_ns;  /* UINT64_MAX: "none"; 0 ([ring.X] only): inherit [rings] */
 };
 
 struct rp_config {
@@ -130,6 +137,81 @@ struct rp_config {
 	struct rp_rule_config rules[RP_CONFIG_MAX_RULES];
 	unsigned nrules;
 };
+
+/* ---- the key table ---- */
+
+/* How a key's value is read and printed, and the C type of its field. */
+enum rp_config_kind {
+	RP_CONFIG_BOOL,     /* true, false: bool */
+	RP_CONFIG_UINT,     /* a whole number in min..max: unsigned */
+	RP_CONFIG_SIZE,     /* a size in min..max bytes: uint32_t or uint64_t */
+	RP_CONFIG_DURATION, /* a duration in min..max ns: uint64_t */
+	RP_CONFIG_STRING,   /* text (a path): char[] */
+	RP_CONFIG_NAME,     /* a name (rp_check_name): char[] */
+	RP_CONFIG_ENUM,     /* one of names[0..max): unsigned or an enum */
+	RP_CONFIG_NUMBER,   /* a finite number: double */
+	RP_CONFIG_CUSTOM,   /* parse and print say */
+};
+
+enum {
+	RP_CONFIG_EMPTY_OK = 1 << 0, /* STRING, NAME: may be empty */
+	RP_CONFIG_NONE = 1 << 1,     /* DURATION: "none" too, stored as UINT64_MAX */
+	RP_CONFIG_IF_SET = 1 << 2,   /* printed only when not zero (unset) */
+};
+
+/* One key.  Fields not used by its kind stay zero. */
+struct rp_config_key {
+	const char *name;
+	enum rp_config_kind kind;
+	unsigned flags;
+	size_t offset, size;         /* the field, from its section's struct: RP_CONFIG_FIELD */
+	uint64_t min, max;           /* UINT, SIZE, DURATION bounds; ENUM: number of names */
+	const char *def;             /* the default as --print-config prints it; NULL: zero,
+					or set apart (the default paths) */
+	const char *text;            /* STRING: the fix for an empty value ("give a path");
+					NAME: what it names ("host name") */
+	const char *const *names;    /* ENUM: by value; NULL: not a value one may give */
+	size_t present;              /* NUMBER: offset of a bool set when given, printed
+					only then; 0: none */
+	/* More to check once the kind has read the value: *value is an
+	 * unsigned (UINT), uint64_t (SIZE, DURATION), double (NUMBER), or the
+	 * text (STRING, NAME). */
+	int (*check)(const char *text, const void *value, struct rp_err *err);
+	int (*parse)(void *field, const char *text, struct rp_err *err); /* CUSTOM */
+	void (*print)(const void *field, char *out, size_t len);          /* CUSTOM */
+	bool (*shown)(const void *base); /* printed only when true; NULL: always */
+};
+
+#define RP_CONFIG_FIELD(type, member) \
+	.offset = offsetof(type, member), .size = sizeof(((type *)0)->member)
+
+/* [name.NAME] sections (name "ring."): one entry per NAME in an array of
+ * entries that each start with their NAME, a char[RP_CONFIG_NAME_SIZE]. */
+#define RP_CONFIG_NAME_SIZE 64
+struct rp_config_list {
+	size_t count;                /* offset of the unsigned count in struct rp_config */
+	size_t entry_size;
+	unsigned max;
+	const char *what;            /* NAME in messages: "device name" */
+	const char *too_many;        /* "too many rules" */
+	const char *limit_note;      /* after "at most N" */
+	bool overrides;              /* keys left out stay zero (inherit) and do not print;
+					else an entry starts from the defaults */
+};
+
+struct rp_config_section {
+	const char *name;            /* "daemon"; "ring.": a list of [ring.NAME] */
+	const char *instance;        /* a list: NAME in messages, "DEVICE" */
+	const struct rp_config_key *keys;
+	size_t nkeys;
+	size_t base;                 /* offset in struct rp_config of the struct (a list: the
+					array) that the keys' offsets count from */
+	const struct rp_config_list *list;
+};
+
+/* Every section, in the order --print-config prints them. */
+extern const struct rp_config_section *const rp_config_sections[];
+extern const size_t rp_config_nsections;
 
 /* Fill in the embedded defaults.  Paths depend on whether we run as root
  * (/run/ringprof, /var/lib/ringprof) or not ($XDG_RUNTIME_DIR, ~/.local). */

@@ -14,88 +14,15 @@
 #include "session.h"
 #include "writers.h"
 
-static const struct {
-	const char *name, *suffix;
-	int (*write)(struct rp_reader *, FILE *, struct rp_err *);
-} formats[RP_EXPORT_NFORMATS] = {
-	/* These two take more than a reader and a file: rp_export_host calls
-	 * them. */
-	[RP_EXPORT_XPLANE] = { "xplane", ".xplane.pb", NULL },
-	[RP_EXPORT_PERFETTO] = { "perfetto", ".pftrace", NULL },
-	[RP_EXPORT_PPROF] = { "pprof", ".cpu.pb.gz", rp_write_pprof },
-	[RP_EXPORT_JSON] = { "json", ".json", rp_write_json },
-	[RP_EXPORT_SUMMARY] = { "summary", ".summary.txt", rp_write_summary },
-	[RP_EXPORT_FLAMEGRAPH] = { "flamegraph", ".flamegraph.svg", rp_write_flamegraph },
-	[RP_EXPORT_FOLDED] = { "folded", ".folded", rp_write_folded },
+/* The writers taking only a reader and a file; names: formats.c. */
+static int (*const writers[RP_EXPORT_NFORMATS])(struct rp_reader *, FILE *, struct rp_err *) = {
+	/* xplane and perfetto take more: rp_export_host calls them. */
+	[RP_EXPORT_PPROF] = rp_write_pprof,
+	[RP_EXPORT_JSON] = rp_write_json,
+	[RP_EXPORT_SUMMARY] = rp_write_summary,
+	[RP_EXPORT_FLAMEGRAPH] = rp_write_flamegraph,
+	[RP_EXPORT_FOLDED] = rp_write_folded,
 };
-
-const char *rp_export_format_name(enum rp_export_format f)
-{
-	return f < RP_EXPORT_NFORMATS ? formats[f].name : "unknown";
-}
-
-const char *rp_export_suffix(enum rp_export_format f)
-{
-	return f < RP_EXPORT_NFORMATS ? formats[f].suffix : "";
-}
-
-int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err)
-{
-	unsigned m = 0;
-	const char *p = list;
-	if (strcmp(list, "all") == 0) {
-		*mask = RP_EXPORT_ALL;
-		return 0;
-	}
-	if (strcmp(list, "none") == 0) {
-		*mask = 0;
-		return 0;
-	}
-	while (*p) {
-		size_t n = strcspn(p, ",");
-		unsigned f = 0;
-		while (f < RP_EXPORT_NFORMATS &&
-		       (strlen(formats[f].name) != n || strncmp(formats[f].name, p, n) != 0))
-			f++;
-		if (f == RP_EXPORT_NFORMATS)
-			return rp_err_set(err, -EINVAL, "unknown export format '%.*s': known formats are "
-					  "xplane, perfetto, pprof, json, summary, flamegraph, folded "
-					  "(a comma-separated list), all or none", (int)n, p);
-		m |= 1u << f;
-		p += n + (p[n] == ',');
-	}
-	if (!m)
-		return rp_err_set(err, -EINVAL, "empty export format list: name formats (xplane, "
-				  "perfetto, pprof, json, summary, flamegraph, folded), all "
-				  "or none");
-	*mask = m;
-	return 0;
-}
-
-static const char *const groupings[RP_PERFETTO_NGROUPINGS] = {
-	[RP_PERFETTO_BY_PROCESS] = "process",
-	[RP_PERFETTO_BY_DEVICE] = "device",
-	[RP_PERFETTO_BY_THREAD] = "thread",
-};
-
-const char *rp_export_grouping_name(enum rp_perfetto_grouping g)
-{
-	return g < RP_PERFETTO_NGROUPINGS ? groupings[g] : "unknown";
-}
-
-int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
-			     struct rp_err *err)
-{
-	for (unsigned i = 0; i < RP_PERFETTO_NGROUPINGS; i++)
-		if (strcmp(name, groupings[i]) == 0) {
-			*g = (enum rp_perfetto_grouping)i;
-			return 0;
-		}
-	return rp_err_set(err, -EINVAL, "unknown Perfetto grouping '%s': known groupings are "
-			  "process (process -> thread, the default), device (the ring that recorded "
-			  "the events -> process -> thread) and thread (each thread on its own)",
-			  name);
-}
 
 /* Exports are as private as the session they come from: the session
  * directory's mode without its execute bits (the daemon's 0750 gives
@@ -122,7 +49,7 @@ static int write_format(struct rp_reader *r, const char *session_dir, enum rp_ex
 		rp_safefs_tmp_discard(&tmp);
 	}
 	if (rc < 0) {
-		rp_err_prefix(err, "%s export of %s (host %s)", formats[f].name, session_dir,
+		rp_err_prefix(err, "%s export of %s (host %s)", rp_export_format_name(f), session_dir,
 			      rp_reader_host(r));
 		return rc;
 	}
@@ -133,7 +60,7 @@ static int write_format(struct rp_reader *r, const char *session_dir, enum rp_ex
 	else if (f == RP_EXPORT_PERFETTO)
 		rc = rp_write_perfetto(r, out, opts->perfetto_grouping, err);
 	else
-		rc = formats[f].write(r, out, err);
+		rc = writers[f](r, out, err);
 	if (rc == 0 && (fflush(out) != 0 || ferror(out) || fsync(fileno(out)) < 0))
 		rc = rp_err_set(err, errno ? -errno : -EIO, "cannot write %s/%s: %s%s", dir, name,
 				strerror(errno ? errno : EIO),
@@ -147,7 +74,7 @@ static int write_format(struct rp_reader *r, const char *session_dir, enum rp_ex
 	else
 		rp_safefs_tmp_discard(&tmp);
 	if (rc < 0)
-		rp_err_prefix(err, "%s export of %s (host %s)", formats[f].name, session_dir,
+		rp_err_prefix(err, "%s export of %s (host %s)", rp_export_format_name(f), session_dir,
 			      rp_reader_host(r));
 	return rc;
 }
@@ -240,7 +167,7 @@ int rp_export_session(const char *session_dir, const char *host, unsigned mask,
 		for (unsigned f = 0; go_on && f < RP_EXPORT_NFORMATS; f++) {
 			if (!(mask & 1u << f))
 				continue;
-			snprintf(file, sizeof(file), "%s%s", name, formats[f].suffix);
+			snprintf(file, sizeof(file), "%s%s", name, rp_export_suffix(f));
 			if (r && (rc = check_opts(f, opts, &ferr)) == 0)
 				rc = write_format(r, session_dir, f, dirfd, session_dir, file, opts,
 						  &ferr);

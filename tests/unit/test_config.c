@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "export.h"
+#include "formats.h"
 #include "paths.h"
 
 #define KiB 1024ull
@@ -565,6 +565,7 @@ static void round_trip(void **state)
 		"threshold = 0.1\nfor = 3s\n[rule.c]\nmax_per_hour = 7\n",
 		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
 		"[psi]\nenabled = false\ninterval = 2.5s\n",
+		"[ring.gpu1]\nmax_age = none\n[rings]\nmax_age = 2h\n[ring.gpu2]\nmax_age = 30m\n",
 		"[sampler]\nfrequency = 999\npids = 42, 7,4194304\ncgroup = /sys/fs/cgroup/job\n",
 	};
 	char printed[96];
