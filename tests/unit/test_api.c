@@ -22,6 +22,7 @@
 #include "alerts.h"
 #include "api.h"
 #include "client.h"
+#include "scratch.h"
 
 #define HOUR_NS 3600000000000ull
 
@@ -165,8 +166,7 @@ static int start_api(struct fixture *fx, const char *tcp, const char *token, str
 static int setup(void **state)
 {
 	struct fixture *fx = calloc(1, sizeof(*fx));
-	snprintf(fx->dir, sizeof(fx->dir), "/tmp/rp-api-XXXXXX");
-	if (!mkdtemp(fx->dir))
+	if (scratch_make(fx->dir, sizeof(fx->dir), "api") < 0)
 		return -1;
 	snprintf(fx->sock, sizeof(fx->sock), "%s/ringprofd.sock", fx->dir);
 	pthread_mutex_init(&fx->fake.lock, NULL);
@@ -189,8 +189,7 @@ static int teardown(void **state)
 	struct fixture *fx = *state;
 	rp_client_free(fx->client);
 	rp_api_stop(fx->api);
-	unlink(fx->sock);
-	rmdir(fx->dir);
+	(void)scratch_remove(fx->dir);
 	pthread_mutex_destroy(&fx->fake.lock);
 	free(fx);
 	return 0;

@@ -15,19 +15,20 @@
 #include "config.h"
 #include "formats.h"
 #include "paths.h"
+#include "scratch.h"
 
 #define KiB 1024ull
 #define MiB (1024 * KiB)
 #define MS 1000000ull
 #define SEC (1000 * MS)
 
-static char dir[] = "/tmp/test-config-XXXXXX";
-static char path[64];
+static char dir[64];
+static char path[128];
 
 static int setup(void **state)
 {
 	(void)state;
-	if (!mkdtemp(dir))
+	if (scratch_make(dir, sizeof(dir), "config") < 0)
 		return -1;
 	snprintf(path, sizeof(path), "%s/ringprofd.conf", dir);
 	unsetenv("RINGPROF_SOCKET");
@@ -37,8 +38,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	unlink(path);
-	return rmdir(dir);
+	return scratch_remove(dir);
 }
 
 static void write_file(const char *text)

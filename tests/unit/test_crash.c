@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "drain.h"
 #include "ringfile.h"
+#include "scratch.h"
 
 #define BUDGET (4u << 20) /* chunks of up to 64 KiB, sealed every 1 ms: the stream wraps */
 
@@ -55,10 +56,10 @@ static void child_writer(const char *path, int report_fd)
 static void test_sigkill_mid_stream(void **state)
 {
 	(void)state;
-	char dir[] = "/tmp/rp-crash-XXXXXX";
-	assert_non_null(mkdtemp(dir));
-	char path[64];
-	snprintf(path, sizeof(path), "%s/host.ring", dir);
+	char dir[64];
+	assert_int_equal(scratch_make(dir, sizeof(dir), "crash"), 0);
+	char path[128];
+	scratch_pathf(path, sizeof(path), "%s/host.ring", dir);
 	int fds[2];
 	assert_int_equal(pipe(fds), 0);
 	pid_t pid = fork();
@@ -138,8 +139,7 @@ static void test_sigkill_mid_stream(void **state)
 	rp_chunk_reader_free(reader);
 	rp_ringfile_iter_free(it);
 	rp_ringfile_close(rf);
-	unlink(path);
-	rmdir(dir);
+	assert_int_equal(scratch_remove(dir), 0);
 }
 
 int main(void)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "hostmetrics.h"
+#include "scratch.h"
 
 #define SEC 1000000000ull
 
@@ -31,19 +32,13 @@ static void write_file(const char *name, const char *text)
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(root, sizeof(root), "/tmp/rp-hostmetrics-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
+	return scratch_make(root, sizeof(root), "hostmetrics");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	char path[128];
-	snprintf(path, sizeof(path), "%s/stat", root);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/meminfo", root);
-	unlink(path);
-	return rmdir(root);
+	return scratch_remove(root);
 }
 
 struct got {

@@ -17,6 +17,7 @@
 
 #include "procinfo.h"
 #include "symtest_child.h"
+#include "scratch.h"
 
 #define SEC 1000000000ull
 
@@ -63,24 +64,21 @@ static void write_file(uint32_t pid, const char *name, const char *text, size_t 
 
 static void remove_proc_dir(uint32_t pid)
 {
-	char cmd[160];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s/%u", root, pid);
-	assert_int_equal(system(cmd), 0);
+	char dir[160];
+	scratch_pathf(dir, sizeof(dir), "%s/%u", root, pid);
+	assert_int_equal(scratch_remove(dir), 0);
 }
 
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(root, sizeof(root), "/tmp/rp-procinfo-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
+	return scratch_make(root, sizeof(root), "procinfo");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[160];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-	return system(cmd);
+	return scratch_remove(root);
 }
 
 static struct rp_event sample_at(uint32_t pid, uint64_t ts, uint64_t *frames, uint16_t n)

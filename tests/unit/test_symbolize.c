@@ -17,6 +17,7 @@
 #include "procinfo.h"
 #include "symbolize.h"
 #include "symtest_child.h"
+#include "scratch.h"
 
 static const char *symtest, *symtest_cpp;
 static uint8_t symtest_id[RP_BUILD_ID_MAX];
@@ -25,16 +26,13 @@ static char dir[64];
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/rp-symbolize-XXXXXX");
-	return mkdtemp(dir) ? 0 : -1;
+	return scratch_make(dir, sizeof(dir), "symbolize");
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	return system(cmd);
+	return scratch_remove(dir);
 }
 
 static void write_file(const char *name, const char *text)
