@@ -13,32 +13,15 @@ import time
 
 import pytest
 
-from daemon_harness import BUILD, Daemon
-from test_python_frames import PY_BURN, folded
+from daemon_harness import BUILD
+from test_python_frames import PY_BURN, daemon, folded  # noqa: F401 (a fixture)
 
 UNWIND_BURN = os.environ.get("RINGPROF_UNWIND_BURN", os.path.join(BUILD, "tests", "unwind-burn"))
 UNWIND_BURN_FP = os.environ.get("RINGPROF_UNWIND_BURN_FP",
                                 os.path.join(BUILD, "tests", "unwind-burn-fp"))
 CHAIN = ["unwind_a", "unwind_b", "unwind_c"]
 
-CONFIG = """
-[daemon]
-seal_interval = 100ms
-[sampler]
-enabled = true
-frequency = 299
-"""
-
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the eBPF sampler needs root")
-
-
-@pytest.fixture(scope="module")
-def daemon(tmp_path_factory):
-    d = Daemon(tmp_path_factory.mktemp("unwind"), config=CONFIG).start()
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def right_callers(stack):
