@@ -380,6 +380,20 @@ static int set_sampler_enabled(struct rp_config *c, struct rp_ring_config *r, co
 	return rp_err_set(err, -EINVAL, "'%s' is not one of auto, true, false", v);
 }
 
+static const char *const stack_copies[] = { "cut", "never", "always" };
+
+static int set_sampler_stack_copy(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				  struct rp_err *err)
+{
+	(void)r;
+	for (unsigned i = 0; i < sizeof(stack_copies) / sizeof(stack_copies[0]); i++)
+		if (!strcmp(v, stack_copies[i])) {
+			c->sampler_stack_copy = i;
+			return 0;
+		}
+	return rp_err_set(err, -EINVAL, "'%s' is not one of cut, never, always", v);
+}
+
 static int set_sampler_frequency(struct rp_config *c, struct rp_ring_config *r, const char *v,
 				 struct rp_err *err)
 {
@@ -712,7 +726,8 @@ static const struct section_def {
 			   {"max_shm", set_max_shm}, {"max_devices", set_max_devices},
 			   {"device_index_max", set_device_index_max})},
 	{"sampler", KEYS({"enabled", set_sampler_enabled}, {"frequency", set_sampler_frequency},
-			 {"max_depth", set_sampler_depth}, {"cgroup", set_sampler_cgroup},
+			 {"max_depth", set_sampler_depth}, {"stack_copy", set_sampler_stack_copy},
+			 {"cgroup", set_sampler_cgroup},
 			 {"pids", set_sampler_pids})},
 	{"host_metrics", KEYS({"enabled", set_host_metrics_enabled},
 			      {"interval", set_host_metrics_interval})},
@@ -1157,8 +1172,9 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	print_size(out, "max_shm", c->producer_max_shm);
 	fprintf(out, "max_devices = %u\ndevice_index_max = %u\n", c->producer_max_devices,
 		c->producer_device_index_max);
-	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\n",
-		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth);
+	fprintf(out, "\n[sampler]\nenabled = %s\nfrequency = %u\nmax_depth = %u\nstack_copy = %s\n",
+		sampler_modes[c->sampler_mode], c->sampler_hz, c->sampler_depth,
+		stack_copies[c->sampler_stack_copy]);
 	print_string(out, "cgroup", c->sampler_cgroup);
 	fprintf(out, "pids =");
 	for (unsigned i = 0; i < c->sampler_npids; i++)

@@ -24,6 +24,9 @@ _Static_assert(RP_CPU_SAMPLE_HZ_MAX == RP_SAMPLER_HZ_MAX,
 	       "the rates the configuration and the API take must be the sampler's");
 
 /* The sampler's BPF ring buffer, set here so that due_ns knows it. */
+_Static_assert(RP_STACK_COPY_CUT == 0 && RP_STACK_COPY_NEVER == 1 && RP_STACK_COPY_ALWAYS == 2,
+	       "[sampler] stack_copy's values (config.h) must be the sampler's");
+
 #define SAMPLER_RINGBUF (4u << 20)
 #define REAP_INTERVAL_NS 1000000000ull
 
@@ -85,6 +88,7 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 		.pids = cfg->sampler_pids,
 		.npids = cfg->sampler_npids,
 		.ringbuf_bytes = SAMPLER_RINGBUF,
+		.stack_copy = cfg->sampler_stack_copy,
 	};
 	struct rp_pyframes_opts po = { .proc_root = env->proc_root, .install = install_python,
 				       .install_ctx = c };
