@@ -42,6 +42,16 @@ struct {
 	__uint(max_entries, 1);
 } cgroup SEC(".maps");
 
+/* Processes whose frame-pointer walks the daemon found whole, by tgid:
+ * until when (bpf_ktime_get_ns) their stacks are not copied even when the
+ * walk looks cut short (it stops in the C library's start code). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 4096);
+} fp_whole SEC(".maps");
+
 /* A record is built here, then only its used part is copied into the
  * ring buffer: the reserve API would need the full size up front. */
 struct {
@@ -172,7 +182,7 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
  * registers and up to RP_SAMPLER_STACK_MAX bytes of the stack from sp at
  * byte off of r->frames, when stack_copy says so.  Near the stack's top
  * less is mapped: halves until a copy reads.  Returns the stack bytes. */
-static __u32 copy_stack(struct rp_sampler_record *r, __u64 off)
+static __u32 copy_stack(struct rp_sampler_record *r, __u32 pid, __u64 off)
 {
 	__u32 zero = 0;
 	struct stack_copy *w = bpf_map_lookup_elem(&stack_copies, &zero);
@@ -180,9 +190,13 @@ static __u32 copy_stack(struct rp_sampler_record *r, __u64 off)
 		return 0;
 	__u32 valid = w->valid;
 	w->valid = 0;
-	if (!valid || stack_copy == RP_STACK_COPY_NEVER ||
-	    (stack_copy == RP_STACK_COPY_CUT && !w->cut) || off > sizeof(r->frames))
+	if (!valid || stack_copy == RP_STACK_COPY_NEVER || off > sizeof(r->frames))
 		return 0;
+	if (stack_copy == RP_STACK_COPY_CUT) {
+		__u64 *until = bpf_map_lookup_elem(&fp_whole, &pid);
+		if (!w->cut || (until && bpf_ktime_get_ns() < *until))
+			return 0;
+	}
 	struct rp_sampler_regs *regs = (struct rp_sampler_regs *)((__u8 *)r->frames + off);
 	regs->ip = w->ip;
 	regs->sp = w->sp;
@@ -212,9 +226,9 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
 }
 
 /* The registers are known on x86-64 only. */
-static __u32 copy_stack(struct rp_sampler_record *r, __u64 off)
+static __u32 copy_stack(struct rp_sampler_record *r, __u32 pid, __u64 off)
 {
-	(void)r, (void)off;
+	(void)r, (void)pid, (void)off;
 	return 0;
 }
 #endif
@@ -396,7 +410,7 @@ int rp_on_sample(struct bpf_perf_event_data *ctx)
 	if (pybytes > RP_SAMPLER_PY_MAX * 8)
 		pybytes = RP_SAMPLER_PY_MAX * 8;
 	r->npython = pybytes / 8;
-	__u64 sbytes = copy_stack(r, kbytes + ubytes + pybytes);
+	__u64 sbytes = copy_stack(r, pid, kbytes + ubytes + pybytes);
 	barrier_var(sbytes);
 	if (sbytes > RP_SAMPLER_STACK_MAX)
 		sbytes = RP_SAMPLER_STACK_MAX;

@@ -296,6 +296,12 @@ const struct rp_user_stack *rp_sampler_user_stack(const struct rp_sampler *s)
 	return s->stack.len ? &s->stack : NULL;
 }
 
+int rp_sampler_trust_fp(struct rp_sampler *s, uint32_t pid, uint64_t until_ns)
+{
+	return bpf_map__update_elem(s->skel->maps.fp_whole, &pid, sizeof(pid), &until_ns,
+				    sizeof(until_ns), BPF_ANY);
+}
+
 unsigned rp_sampler_python_frames(const struct rp_sampler *s, const uint64_t **frames)
 {
 	*frames = s->python;

@@ -81,6 +81,11 @@ unsigned rp_sampler_python_frames(const struct rp_sampler *s, const uint64_t **f
  * it, or NULL (none copied: see rp_sampler_opts.stack_copy). */
 const struct rp_user_stack *rp_sampler_user_stack(const struct rp_sampler *s);
 
+/* Process pid's frame-pointer walks are whole although they look cut
+ * short: copy no stack of it (stack_copy 0) until until_ns (host clock).
+ * 0 or a negative errno. */
+int rp_sampler_trust_fp(struct rp_sampler *s, uint32_t pid, uint64_t until_ns);
+
 /* Walk the Python frames of process pid's samples as py says (NULL: stop
  * walking them).  0 or a negative errno (-E2BIG: 4096 processes already). */
 struct rp_py_proc;

@@ -29,6 +29,9 @@ _Static_assert(RP_STACK_COPY_CUT == 0 && RP_STACK_COPY_NEVER == 1 && RP_STACK_CO
 
 #define SAMPLER_RINGBUF (4u << 20)
 #define REAP_INTERVAL_NS 1000000000ull
+/* How long a process whose frame-pointer walks agreed with the CFI unwind
+ * gets no stack copies; then a few more samples check again. */
+#define TRUST_FP_NS 10000000000ull
 
 /* Threads whose name is already in the host ring.  A sample carries its
  * thread's comm, but names live in metadata events (repeated in every
@@ -153,6 +156,15 @@ static struct rp_event unwind(struct cpu *c, const struct rp_event *ev)
 	struct rp_unwind_input in = { .pid = ev->pid, .tid = ev->tid, .ip = st->ip, .sp = st->sp,
 				      .bp = st->bp, .stack = st->bytes, .len = st->len };
 	unsigned n = rp_unwind_stack(c->unwind, &in, c->unwound + nkernel, depth - nkernel);
+	/* The walk agrees when all its frames but the last (which may be
+	 * garbage read past the last frame pointer) are the unwind's: frame
+	 * pointers all the way, except in the C library's start code. */
+	unsigned nuser = ev->u.sample.nframes - nkernel;
+	bool agree = nuser >= 3 && n + 1 >= nuser &&
+		     !memcmp(c->unwound + nkernel, ev->u.sample.frames + nkernel,
+			     (nuser - 1) * sizeof(c->unwound[0]));
+	if (rp_unwind_vote(c->unwind, ev->pid, agree))
+		(void)rp_sampler_trust_fp(c->sampler, ev->pid, ev->ts + TRUST_FP_NS);
 	if (nkernel + n <= ev->u.sample.nframes)
 		return *ev;
 	memcpy(c->unwound, ev->u.sample.frames, nkernel * sizeof(c->unwound[0]));

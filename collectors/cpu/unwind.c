@@ -27,6 +27,7 @@ struct proc {
 	Dwfl *dwfl;
 	uint64_t used;       /* u->tick of the last sample: least recently used goes */
 	uint64_t read_ns;    /* when its mappings were read */
+	unsigned agreed;     /* frame-pointer walks in a row the unwind agreed with */
 };
 
 struct rp_unwind {
@@ -210,6 +211,21 @@ unsigned rp_unwind_stack(struct rp_unwind *u, const struct rp_unwind_input *in, 
 	else
 		u->st.failed++;
 	return u->n;
+}
+
+bool rp_unwind_vote(struct rp_unwind *u, uint32_t pid, bool agree)
+{
+	for (unsigned i = 0; i < RP_UNWIND_PROCS; i++) {
+		struct proc *p = &u->procs[i];
+		if (p->pid != pid)
+			continue;
+		p->agreed = agree ? p->agreed + 1 : 0;
+		if (p->agreed < RP_UNWIND_AGREE)
+			return false;
+		p->agreed = 0;
+		return true;
+	}
+	return false;
 }
 
 void rp_unwind_reap(struct rp_unwind *u)

@@ -17,6 +17,7 @@
 #ifndef RINGPROF_UNWIND_H
 #define RINGPROF_UNWIND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,12 @@ void rp_unwind_free(struct rp_unwind *u);
  * its mappings cannot be read). */
 unsigned rp_unwind_stack(struct rp_unwind *u, const struct rp_unwind_input *in, uint64_t *out,
 			 unsigned max);
+
+/* After an unwind of pid: whether its frame-pointer walk agreed with it.
+ * True once RP_UNWIND_AGREE walks in a row did (then it counts again):
+ * the process's walks can be trusted without a copy for a while. */
+#define RP_UNWIND_AGREE 8
+bool rp_unwind_vote(struct rp_unwind *u, uint32_t pid, bool agree);
 
 /* Forget the processes that exited (no <proc_root>/PID any more). */
 void rp_unwind_reap(struct rp_unwind *u);

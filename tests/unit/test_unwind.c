@@ -118,6 +118,18 @@ static void test_recorded_stack(void **state)
 	assert_int_equal(st.processes, 1);
 	assert_int_equal(st.unwound, 2);
 
+	/* Votes: RP_UNWIND_AGREE agreeing walks in a row, then counting again;
+	 * one that disagrees starts over; a process never unwound has none. */
+	for (unsigned round = 0; round < 2; round++) {
+		for (unsigned i = 1; i < RP_UNWIND_AGREE; i++)
+			assert_false(rp_unwind_vote(u, in.pid, true));
+		assert_false(rp_unwind_vote(u, in.pid, false));
+		for (unsigned i = 1; i < RP_UNWIND_AGREE; i++)
+			assert_false(rp_unwind_vote(u, in.pid, true));
+		assert_true(rp_unwind_vote(u, in.pid, true));
+	}
+	assert_false(rp_unwind_vote(u, in.pid + 1, true));
+
 	/* With the stack cut right after chain_c's frame the unwind stops
 	 * there, never reading past the copy. */
 	in.len = (size_t)(rec.returns[0] ? 8 : 0);
