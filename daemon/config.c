@@ -259,6 +259,9 @@ static const char *const sampler_modes[] = {
 	[RP_SAMPLER_AUTO] = "auto", [RP_SAMPLER_ON] = "true", [RP_SAMPLER_OFF] = "false",
 };
 
+/* In the order of ebpf/sampler_record.h's enum rp_sampler_stack_copy. */
+static const char *const stack_copies[] = { "cut", "never", "always" };
+
 static const struct rp_config_key sampler_keys[] = {
 	{"enabled", RP_CONFIG_ENUM, .names = sampler_modes, .max = 3, .def = "auto",
 	 DAEMON(sampler_mode)},
@@ -266,6 +269,8 @@ static const struct rp_config_key sampler_keys[] = {
 	{"frequency", RP_CONFIG_UINT, .min = 1, .max = RP_CPU_SAMPLE_HZ_MAX, .def = "99",
 	 DAEMON(sampler_hz)},
 	{"max_depth", RP_CONFIG_UINT, .min = 1, .max = 127, .def = "127", DAEMON(sampler_depth)},
+	{"stack_copy", RP_CONFIG_ENUM, .names = stack_copies, .max = 3, .def = "cut",
+	 DAEMON(sampler_stack_copy)},
 	{"cgroup", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, DAEMON(sampler_cgroup)},
 	{"pids", RP_CONFIG_CUSTOM, .parse = parse_pids, .print = print_pids,
 	 .offset = offsetof(struct rp_config, sampler_pids)},

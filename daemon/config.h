@@ -108,6 +108,10 @@ struct rp_config {
 	} sampler_mode;
 	unsigned sampler_hz;         /* per CPU, 1..RP_CPU_SAMPLE_HZ_MAX */
 	unsigned sampler_depth;      /* frames per stack, 1..127 */
+	/* When the user stack is copied for a CFI unwind: 0 when the
+	 * frame-pointer walk is cut short, 1 never, 2 always (ebpf/
+	 * sampler_record.h's enum rp_sampler_stack_copy, in this order). */
+	unsigned sampler_stack_copy;
 	char sampler_cgroup[PATH_MAX]; /* "" = every task */
 	uint32_t sampler_pids[RP_CONFIG_MAX_PIDS]; /* only these processes; none: every one */
 	unsigned sampler_npids;

@@ -15,6 +15,7 @@
 const volatile __u32 max_bytes = FRAMES_BYTES; /* max_depth * 8 */
 const volatile bool filter_pids = false;
 const volatile bool filter_cgroup = false;
+const volatile __u32 stack_copy = RP_STACK_COPY_CUT; /* enum rp_sampler_stack_copy */
 
 /* Samples the ring buffer had no room for. */
 __u64 lost = 0;
@@ -40,6 +41,16 @@ struct {
 	__type(value, __u32);
 	__uint(max_entries, 1);
 } cgroup SEC(".maps");
+
+/* Processes whose frame-pointer walks the daemon found whole, by tgid:
+ * until when (bpf_ktime_get_ns) their stacks are not copied even when the
+ * walk looks cut short (it stops in the C library's start code). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 4096);
+} fp_whole SEC(".maps");
 
 /* A record is built here, then only its used part is copied into the
  * ring buffer: the reserve API would need the full size up front. */
@@ -68,6 +79,10 @@ struct stack_copy {
 	__u64 sp, copied; /* words holds [sp, sp + copied) */
 	__u64 fp;
 	__u32 at, end;    /* the next frame goes to r->frames[at], before end */
+	/* For the stack copy: the user registers of this sample (valid), and
+	 * whether the walk stopped short of a thread's first frame (cut). */
+	__u64 ip, bp;
+	__u32 valid, cut;
 };
 
 struct {
@@ -106,6 +121,10 @@ static long walk_frame(__u64 i, struct walk *c)
 		return 1;
 	r->frames[at] = ret;
 	w->at = at + 1;
+	/* A thread's first frame has a saved frame pointer of 0 (_start and
+	 * clone clear it): the walk is whole there, or when the stack is full. */
+	if (!next || at + 1 >= w->end)
+		w->cut = 0;
 	/* Callers' frames lie above: anything else is no frame chain. */
 	if (next <= fp)
 		return 1;
@@ -150,9 +169,44 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
 	w->fp = fp;
 	w->at = first + 1;
 	w->end = end;
+	w->ip = ip;
+	w->bp = fp;
+	w->valid = 1;
+	w->cut = 1;
 	struct walk c = { w, r };
 	bpf_loop(RP_SAMPLER_DEPTH_MAX - 1, walk_frame, &c, 0);
 	return w->at - first;
+}
+
+/* For the daemon's CFI unwinder (collectors/cpu/unwind.c): the user
+ * registers and up to RP_SAMPLER_STACK_MAX bytes of the stack from sp at
+ * byte off of r->frames, when stack_copy says so.  Near the stack's top
+ * less is mapped: halves until a copy reads.  Returns the stack bytes. */
+static __u32 copy_stack(struct rp_sampler_record *r, __u32 pid, __u64 off)
+{
+	__u32 zero = 0;
+	struct stack_copy *w = bpf_map_lookup_elem(&stack_copies, &zero);
+	if (!w)
+		return 0;
+	__u32 valid = w->valid;
+	w->valid = 0;
+	if (!valid || stack_copy == RP_STACK_COPY_NEVER || off > sizeof(r->frames))
+		return 0;
+	if (stack_copy == RP_STACK_COPY_CUT) {
+		__u64 *until = bpf_map_lookup_elem(&fp_whole, &pid);
+		if (!w->cut || (until && bpf_ktime_get_ns() < *until))
+			return 0;
+	}
+	struct rp_sampler_regs *regs = (struct rp_sampler_regs *)((__u8 *)r->frames + off);
+	regs->ip = w->ip;
+	regs->sp = w->sp;
+	regs->bp = w->bp;
+	__u8 *stack = (__u8 *)(regs + 1);
+#pragma unroll
+	for (__u32 n = RP_SAMPLER_STACK_MAX; n >= 512; n /= 2)
+		if (bpf_probe_read_user(stack, n, (void *)w->sp) == 0)
+			return n;
+	return 0;
 }
 #else
 /* Elsewhere the kernel walks it, into what is left of max_depth.  The
@@ -169,6 +223,13 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
 		room = FRAMES_BYTES;
 	long ret = bpf_get_stack(ctx, (char *)r->frames + kbytes, room, BPF_F_USER_STACK);
 	return ret > 0 && ret <= FRAMES_BYTES ? (__u32)((__u64)ret / 8) : 0;
+}
+
+/* The registers are known on x86-64 only. */
+static __u32 copy_stack(struct rp_sampler_record *r, __u32 pid, __u64 off)
+{
+	(void)r, (void)pid, (void)off;
+	return 0;
 }
 #endif
 
@@ -349,10 +410,18 @@ int rp_on_sample(struct bpf_perf_event_data *ctx)
 	if (pybytes > RP_SAMPLER_PY_MAX * 8)
 		pybytes = RP_SAMPLER_PY_MAX * 8;
 	r->npython = pybytes / 8;
+	__u64 sbytes = copy_stack(r, pid, kbytes + ubytes + pybytes);
+	barrier_var(sbytes);
+	if (sbytes > RP_SAMPLER_STACK_MAX)
+		sbytes = RP_SAMPLER_STACK_MAX;
+	r->stack_bytes = sbytes;
+	if (sbytes)
+		sbytes += sizeof(struct rp_sampler_regs);
 
 	/* No wakeup: user space polls on a timer, a wakeup per sample would
 	 * cost more than the sample. */
-	__u64 size = __builtin_offsetof(struct rp_sampler_record, frames) + kbytes + ubytes + pybytes;
+	__u64 size = __builtin_offsetof(struct rp_sampler_record, frames) + kbytes + ubytes +
+		     pybytes + sbytes;
 	if (bpf_ringbuf_output(&events, r, size, BPF_RB_NO_WAKEUP))
 		__sync_fetch_and_add(&lost, 1);
 	return 0;

@@ -47,6 +47,7 @@ struct rp_sampler {
 	void *fn_ctx;
 	const uint64_t *python;   /* of the sample handed to fn */
 	unsigned npython;
+	struct rp_user_stack stack;
 };
 
 static int read_sysctl_int(const char *path, int *value)
@@ -147,6 +148,10 @@ static int validate(const struct rp_sampler_opts *o, struct rp_err *err)
 		return rp_err_set(err, -EINVAL,
 				  "BPF ring buffer size %u is invalid: use a power of two from %u "
 				  "(the page size) to %u bytes", o->ringbuf_bytes, page, RINGBUF_MAX);
+	if (o->stack_copy > RP_STACK_COPY_ALWAYS)
+		return rp_err_set(err, -EINVAL, "stack copy mode %u is invalid: use 0 (when the "
+				  "frame-pointer walk is cut short), 1 (never) or 2 (always)",
+				  o->stack_copy);
 	if (o->npids > NPIDS_MAX || (o->npids && !o->pids))
 		return rp_err_set(err, -EINVAL, "pid filter of %zu pids is invalid: pass 1 to %u pids",
 				  o->npids, NPIDS_MAX);
@@ -255,10 +260,20 @@ static int on_record(void *ctx, void *data, size_t size)
 	/* Records come from our own program; the check keeps a mismatch of
 	 * the two sides from reading past the record. */
 	size_t nframes = (size_t)r->nkernel + r->nuser;
-	if (size < head || (size - head) / sizeof(r->frames[0]) < nframes + r->npython)
+	size_t tail = (nframes + r->npython) * sizeof(r->frames[0]);
+	size_t copy = r->stack_bytes ? sizeof(struct rp_sampler_regs) + r->stack_bytes : 0;
+	if (size < head || size - head < tail || size - head - tail < copy)
 		return 0;
 	s->python = (const uint64_t *)r->frames + nframes;
 	s->npython = r->npython;
+	s->stack = (struct rp_user_stack){ 0 };
+	if (copy) {
+		struct rp_sampler_regs regs;
+		const uint8_t *at = (const uint8_t *)r->frames + tail;
+		memcpy(&regs, at, sizeof(regs));
+		s->stack = (struct rp_user_stack){ .ip = regs.ip, .sp = regs.sp, .bp = regs.bp,
+						   .bytes = at + sizeof(regs), .len = r->stack_bytes };
+	}
 	struct rp_event ev = {
 		.kind = RP_EV_CPU_SAMPLE,
 		.ts = r->ts,
@@ -274,6 +289,17 @@ static int on_record(void *ctx, void *data, size_t size)
 	};
 	s->samples++;
 	return s->fn(s->fn_ctx, &ev);
+}
+
+const struct rp_user_stack *rp_sampler_user_stack(const struct rp_sampler *s)
+{
+	return s->stack.len ? &s->stack : NULL;
+}
+
+int rp_sampler_trust_fp(struct rp_sampler *s, uint32_t pid, uint64_t until_ns)
+{
+	return bpf_map__update_elem(s->skel->maps.fp_whole, &pid, sizeof(pid), &until_ns,
+				    sizeof(until_ns), BPF_ANY);
 }
 
 unsigned rp_sampler_python_frames(const struct rp_sampler *s, const uint64_t **frames)
@@ -299,6 +325,7 @@ static int load(struct rp_sampler *s, const struct rp_sampler_opts *o, struct rp
 	s->skel->rodata->max_bytes = o->max_depth * (unsigned)sizeof(__u64);
 	s->skel->rodata->filter_pids = o->npids > 0;
 	s->skel->rodata->filter_cgroup = o->cgroup_path != NULL;
+	s->skel->rodata->stack_copy = o->stack_copy;
 	int rc = bpf_map__set_max_entries(s->skel->maps.events, o->ringbuf_bytes);
 	if (!rc)
 		rc = bpf_map__set_max_entries(s->skel->maps.pids, o->npids ? (unsigned)o->npids : 1);

@@ -26,6 +26,18 @@ struct rp_sampler_opts {
 	size_t npids;            /* at most 65536 */
 	const char *cgroup_path; /* when set: sample only tasks in this cgroup v2 directory or below */
 	unsigned ringbuf_bytes;  /* BPF ring buffer: a power of two, 4 KiB..1 GiB; 0: 4 MiB */
+	/* When to copy the user stack for a CFI unwind (x86-64):
+	 * enum rp_sampler_stack_copy in sampler_record.h; 0: when the
+	 * frame-pointer walk looks cut short. */
+	unsigned stack_copy;
+};
+
+/* A sample's user registers and the top of its user stack, copied by the
+ * BPF program: bytes holds [sp, sp + len). */
+struct rp_user_stack {
+	uint64_t ip, sp, bp;
+	const uint8_t *bytes;
+	size_t len;
 };
 
 struct rp_sampler_stats {
@@ -64,6 +76,15 @@ long rp_sampler_poll(struct rp_sampler *s, rp_sample_fn fn, void *ctx);
  * returns how many.  Only processes given to rp_sampler_set_python have
  * any. */
 unsigned rp_sampler_python_frames(const struct rp_sampler *s, const uint64_t **frames);
+
+/* During a poll callback: the user stack copied with the sample handed to
+ * it, or NULL (none copied: see rp_sampler_opts.stack_copy). */
+const struct rp_user_stack *rp_sampler_user_stack(const struct rp_sampler *s);
+
+/* Process pid's frame-pointer walks are whole although they look cut
+ * short: copy no stack of it (stack_copy 0) until until_ns (host clock).
+ * 0 or a negative errno. */
+int rp_sampler_trust_fp(struct rp_sampler *s, uint32_t pid, uint64_t until_ns);
 
 /* Walk the Python frames of process pid's samples as py says (NULL: stop
  * walking them).  0 or a negative errno (-E2BIG: 4096 processes already). */

@@ -16,21 +16,40 @@
 #define RP_SAMPLER_PY_LASTI_MAX 0xffffull
 /* Python frames read per sample, at most. */
 #define RP_SAMPLER_PY_MAX 64
+/* User stack bytes copied for the daemon's CFI unwinder (x86-64), at most. */
+#define RP_SAMPLER_STACK_MAX 8192
+
+/* When the user stack is copied (the loader's stack_copy). */
+enum rp_sampler_stack_copy {
+	RP_STACK_COPY_CUT = 0,    /* when the frame-pointer walk looks cut short */
+	RP_STACK_COPY_NEVER = 1,
+	RP_STACK_COPY_ALWAYS = 2,
+};
+
+/* Before a copied stack: the user registers it starts at. */
+struct rp_sampler_regs {
+	__u64 ip, sp, bp;
+};
 
 struct rp_sampler_record {
 	__u64 ts;            /* bpf_ktime_get_ns: CLOCK_MONOTONIC */
 	__u32 pid, tid;      /* tgid and thread id */
 	__u32 cpu;
 	__u16 nkernel, nuser;
-	__u16 npython, pad[3];
+	__u16 npython, stack_bytes;
+	__u16 pad[2];
 	char comm[16];
 	/* nkernel kernel frames, then nuser user frames, leaf first, then
 	 * npython Python frames, leaf first: RP_PY_FRAME (event.h) with bit 0
 	 * set on the outermost frame each run of the interpreter loop
 	 * (_PyEval_EvalFrameDefault) executes.  Room for twice the deepest
 	 * stack so the verifier can bound the user stack written after a
-	 * kernel stack of unknown length; only the used part is submitted. */
+	 * kernel stack of unknown length; only the used part is submitted.
+	 * When stack_bytes > 0, a struct rp_sampler_regs and stack_bytes of
+	 * the user stack from its sp follow the frames (in stack, room for
+	 * the largest offset the verifier can see). */
 	__u64 frames[2 * RP_SAMPLER_DEPTH_MAX + RP_SAMPLER_PY_MAX];
+	__u8 stack[sizeof(struct rp_sampler_regs) + RP_SAMPLER_STACK_MAX];
 };
 
 /* How the frames of one version of CPython are found: the value of the

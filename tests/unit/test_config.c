@@ -336,6 +336,8 @@ static void load_errors(void **state)
 		 "[sampler] frequency: '0' is outside 1..10000"},
 		{"[sampler]\nmax_depth = 12x\n", -EINVAL, 2,
 		 "[sampler] max_depth: '12x' is not a whole number"},
+		{"[sampler]\nstack_copy = sometimes\n", -EINVAL, 2,
+		 "[sampler] stack_copy: 'sometimes' is not one of cut, never, always"},
 		{"[sampler]\npids = 0\n", -ERANGE, 2, "[sampler] pids: '0' is outside 1..4194304"},
 		{"[sampler]\npids = 12,4194305\n", -ERANGE, 2,
 		 "[sampler] pids: '4194305' is outside 1..4194304"},

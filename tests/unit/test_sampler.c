@@ -26,10 +26,12 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <linux/types.h>
 
 #include "burn.h"
 #include "clock.h"
 #include "sampler.h"
+#include "sampler_record.h"
 
 #define MS 1000000ull
 /* x86_64 and arm64 split the address space at the top bit. */
@@ -41,6 +43,8 @@ struct seen {
 	uint16_t nframes, nkernel;
 	uint64_t user_leaf;   /* 0 when the sample has no user frames */
 	uint64_t callers[3];  /* the next user frames up, 0 past the stack */
+	size_t stack_len;     /* bytes of user stack copied with it */
+	uint64_t stack_ip;    /* and the ip copied beside */
 	char name[16];
 };
 
@@ -51,6 +55,7 @@ struct sink {
 	 * of a user stack is checked: the frame-pointer walk reads garbage
 	 * where code has no frame pointers. */
 	size_t misplaced;
+	const struct rp_sampler *sampler; /* set: record the stack copies */
 };
 
 static int collect(void *ctx, const struct rp_event *ev)
@@ -68,6 +73,11 @@ static int collect(void *ctx, const struct rp_event *ev)
 		.nframes = ev->u.sample.nframes, .nkernel = ev->u.sample.nkernel,
 	};
 	snprintf(g->name, sizeof(g->name), "%s", ev->name);
+	const struct rp_user_stack *st = s->sampler ? rp_sampler_user_stack(s->sampler) : NULL;
+	if (st) {
+		g->stack_len = st->len;
+		g->stack_ip = st->ip;
+	}
 	assert_true(g->nkernel <= g->nframes);
 	for (unsigned i = 0; i < g->nkernel; i++)
 		s->misplaced += ev->u.sample.frames[i] < KERNEL_HALF;
@@ -339,6 +349,42 @@ static void test_cgroup_filter(void **state)
 	assert_non_null(strstr(err.msg, "not a cgroup v2 directory"));
 }
 
+/* stack_copy: always, every sample with a user stack carries its top
+ * (512 bytes to 8 KiB, halved where less is mapped) and its ip, the user
+ * leaf; never, none does.  Only x86-64 copies. */
+static void test_stack_copy(void **state)
+{
+	(void)state;
+	need_root();
+	for (unsigned mode = RP_STACK_COPY_NEVER; mode <= RP_STACK_COPY_ALWAYS; mode++) {
+		pid_t child = start_spinner("rp-copied", 800 * MS, NULL);
+		uint32_t want = (uint32_t)child;
+		struct rp_sampler *s = open_or_fail(&(struct rp_sampler_opts){
+			.pids = &want, .npids = 1, .stack_copy = mode });
+		struct sink sink = { .sampler = s };
+		poll_until_exit(s, &sink, &child, 1, NULL);
+		size_t user = 0, copied = 0;
+		for (size_t i = 0; i < sink.n; i++) {
+			const struct seen *g = &sink.v[i];
+			size_t len = g->stack_len;
+			user += g->user_leaf != 0;
+			copied += len != 0;
+			assert_true(len == 0 || (len >= 512 && len <= RP_SAMPLER_STACK_MAX &&
+						 !(len & (len - 1)) && g->stack_ip == g->user_leaf));
+		}
+		print_message("stack_copy %u: %zu of %zu samples with user frames copied\n", mode,
+			      copied, user);
+		assert_true(user >= 5);
+#if defined(__x86_64__)
+		assert_int_equal(copied, mode == RP_STACK_COPY_ALWAYS ? user : 0);
+#else
+		assert_int_equal(copied, 0);
+#endif
+		rp_sampler_close(s);
+		free(sink.v);
+	}
+}
+
 static void test_depth(void **state)
 {
 	(void)state;
@@ -520,6 +566,7 @@ int main(void)
 		cmocka_unit_test(test_samples),
 		cmocka_unit_test(test_pid_filter),
 		cmocka_unit_test(test_cgroup_filter),
+		cmocka_unit_test(test_stack_copy),
 		cmocka_unit_test(test_depth),
 		cmocka_unit_test(test_frequency_change),
 		cmocka_unit_test(test_lost),

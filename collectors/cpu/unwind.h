@@ -1,0 +1,66 @@
+/* User stacks of code without frame pointers, unwound with the binaries'
+ * CFI (docs/unwinding.md).
+ *
+ * The BPF sampler copies a sample's user registers and the top of its
+ * stack when its frame-pointer walk looks cut short; soon after, while
+ * the process is alive, this module unwinds that copy with the call frame
+ * information (.eh_frame, .debug_frame) of the binaries the process maps,
+ * through elfutils' unwinder (libdwfl) with the copy as the only memory it
+ * may read.  Each process's mappings and the CFI loaded from them are kept
+ * for the next samples, for RP_UNWIND_PROCS processes at most (least
+ * recently used out), read again when a sample runs outside them.
+ *
+ * Bounded for hostile processes: reads never leave the copy, at most max
+ * frames, a binary that does not parse only ends the unwind.
+ *
+ * Single threaded. */
+#ifndef RINGPROF_UNWIND_H
+#define RINGPROF_UNWIND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define RP_UNWIND_PROCS 64
+
+/* One sample's user state, as the sampler copied it: stack holds the
+ * bytes at [sp, sp + len). */
+struct rp_unwind_input {
+	uint32_t pid, tid;
+	uint64_t ip, sp, bp;
+	const uint8_t *stack;
+	size_t len;
+};
+
+struct rp_unwind_stats {
+	uint64_t unwound;    /* samples that gave two frames or more */
+	uint64_t failed;     /* samples whose unwind stopped at the first frame */
+	uint64_t processes;  /* mappings read (a process's first sample, or again) */
+};
+
+struct rp_unwind;
+
+/* proc_root: "/proc", another directory in tests. */
+int rp_unwind_new(const char *proc_root, struct rp_unwind **out, struct rp_err *err);
+void rp_unwind_free(struct rp_unwind *u);
+
+/* Unwinds in: writes the instruction pointer, then the return addresses,
+ * leaf first, at most max, to out.  Returns how many (0: the process or
+ * its mappings cannot be read). */
+unsigned rp_unwind_stack(struct rp_unwind *u, const struct rp_unwind_input *in, uint64_t *out,
+			 unsigned max);
+
+/* After an unwind of pid: whether its frame-pointer walk agreed with it.
+ * True once RP_UNWIND_AGREE walks in a row did (then it counts again):
+ * the process's walks can be trusted without a copy for a while. */
+#define RP_UNWIND_AGREE 8
+bool rp_unwind_vote(struct rp_unwind *u, uint32_t pid, bool agree);
+
+/* Forget the processes that exited (no <proc_root>/PID any more). */
+void rp_unwind_reap(struct rp_unwind *u);
+
+void rp_unwind_stats(const struct rp_unwind *u, struct rp_unwind_stats *st);
+
+#endif

@@ -1,0 +1,80 @@
+"""User stacks of code without frame pointers, unwound with CFI end to end:
+the real ringprofd's sampler copies the stack of unwind-burn (built -O2
+-fomit-frame-pointer) when its frame-pointer walk is cut short, the daemon
+unwinds it with the binaries' .eh_frame at ingest, and the folded export
+of a snapshot taken after the process exited shows main -> unwind_a ->
+unwind_b -> unwind_c.  The same program with frame pointers, and Debian's
+python3.11 (libpython without frame pointers) reaching Py_RunMain.  Needs
+root for the sampler."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from daemon_harness import BUILD
+from test_python_frames import FRAME, PY_BURN, daemon, folded  # noqa: F401 (a fixture)
+
+UNWIND_BURN = os.environ.get("RINGPROF_UNWIND_BURN", os.path.join(BUILD, "tests", "unwind-burn"))
+UNWIND_BURN_FP = os.environ.get("RINGPROF_UNWIND_BURN_FP",
+                                os.path.join(BUILD, "tests", "unwind-burn-fp"))
+CHAIN = ["unwind_a", "unwind_b", "unwind_c"]
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the eBPF sampler needs root")
+
+
+def right_callers(stack):
+    """A root-first stack reaches main, and below it the workload's
+    functions in their calling order, nothing between them."""
+    if "main" not in stack:
+        return False
+    below = stack[stack.index("main") + 1:]
+    ours = [f for f in below if f.startswith("unwind_")]
+    return below[:len(ours)] == ours == CHAIN[:len(ours)]
+
+
+def snapshot_stacks(daemon, pid, tmp_path):
+    time.sleep(1.5)  # exited: the snapshot reads only what the ring holds
+    session = f"unwind-{pid}"
+    daemon.cli("snapshot", "--last", "7s", "--name", session, check=True)
+    return folded(daemon, session, pid, tmp_path)
+
+
+@pytest.mark.parametrize("program", [UNWIND_BURN, UNWIND_BURN_FP],
+                         ids=["no-frame-pointers", "frame-pointers"])
+def test_stacks_reach_main_through_the_callers(daemon, program, tmp_path):
+    p = subprocess.Popen([program, "3"])
+    assert p.wait(timeout=60) == 0
+    stacks = snapshot_stacks(daemon, p.pid, tmp_path)
+    total = sum(n for _, n in stacks)
+    right = sum(n for s, n in stacks if right_callers(s))
+    deepest = sum(n for s, n in stacks if "unwind_c" in s)
+    assert total >= 100, stacks
+    assert right >= 0.95 * total, (right, total, sorted(stacks, key=lambda s: -s[1])[:10])
+    # unwind_c burns 60% of the time: its samples are there, under b and a.
+    assert deepest >= 0.4 * total, (deepest, total)
+
+
+def test_python_stacks_reach_py_runmain(daemon, tmp_path):
+    """Debian's libpython3.11 has no frame pointers: its native frames
+    above the interpreter loop come from the CFI unwind."""
+    python = "/usr/bin/python3.11"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is not installed")
+    p = subprocess.run([python, PY_BURN, "3"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.split()[0])
+    stacks = snapshot_stacks(daemon, pid, tmp_path)
+    total = sum(n for _, n in stacks)
+    runmain = [(s, n) for s, n in stacks if "Py_RunMain" in s]
+    assert total >= 100, stacks
+    assert sum(n for _, n in runmain) >= 0.9 * total, (total, sorted(stacks, key=lambda s: -s[1])[:10])
+    # The script's Python frames merged in below the interpreter's entry,
+    # in their calling order.
+    fib = 0
+    for stack, n in runmain:
+        py = [i for i, f in enumerate(stack) if FRAME.match(f)]
+        assert not py or py[0] > stack.index("Py_RunMain"), stack
+        fib += n if any(f.startswith("leaf_fib (") for f in stack) else 0
+    assert fib >= 0.5 * total, (fib, total)

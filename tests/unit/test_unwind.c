@@ -1,0 +1,187 @@
+/* collectors/cpu/unwind: stacks recorded here the way the BPF sampler
+ * records them (the user registers and the stack's top, read as
+ * bpf_probe_read_user reads it), unwound offline with this program's CFI;
+ * hostile stacks (random words, a frame that returns to itself,
+ * registers anywhere) stay bounded.  The whole path, BPF copy and daemon,
+ * runs in tests/integration/test_unwind.py. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <linux/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "sampler_record.h"
+#include "unwind.h"
+
+/* The chain below as distributions build code: no frame pointers (gcc;
+ * clang has no per-function switch, and unwinds the same with them). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_FP __attribute__((noinline, noipa, optimize("omit-frame-pointer")))
+#else
+#define NO_FP __attribute__((noinline))
+#endif
+
+struct recorded {
+	uint64_t ip, sp, bp;
+	uint8_t stack[RP_SAMPLER_STACK_MAX];
+	size_t len;
+	uint64_t returns[3]; /* into chain_b, chain_a and the test, as each callee saw them */
+};
+
+static struct recorded rec;
+
+/* Reads our own memory as the BPF program reads the task's: halving the
+ * size until it is all mapped. */
+static size_t read_self(void *to, uint64_t from, size_t size)
+{
+	for (; size >= 512; size /= 2) {
+		struct iovec local = { to, size }, remote = { (void *)(uintptr_t)from, size };
+		if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)size)
+			return size;
+	}
+	return 0;
+}
+
+NO_FP static uint64_t chain_c(volatile uint64_t *work)
+{
+	rec.returns[0] = (uint64_t)(uintptr_t)__builtin_return_address(0);
+	/* A frame of its own, so that the return address is not at sp. */
+	volatile uint64_t local[16];
+	for (unsigned i = 0; i < 16; i++)
+		local[i] = *work + i;
+	uint64_t ip, sp, bp;
+	__asm__ volatile("lea 0(%%rip), %0\n\tmov %%rsp, %1\n\tmov %%rbp, %2"
+			 : "=r"(ip), "=r"(sp), "=r"(bp));
+	rec.ip = ip;
+	rec.sp = sp;
+	rec.bp = bp;
+	rec.len = read_self(rec.stack, sp, sizeof(rec.stack));
+	return local[3];
+}
+
+NO_FP static uint64_t chain_b(volatile uint64_t *work)
+{
+	rec.returns[1] = (uint64_t)(uintptr_t)__builtin_return_address(0);
+	volatile uint64_t local[8] = { *work };
+	return chain_c(local) + 1;
+}
+
+NO_FP static uint64_t chain_a(volatile uint64_t *work)
+{
+	rec.returns[2] = (uint64_t)(uintptr_t)__builtin_return_address(0);
+	volatile uint64_t local[4] = { *work };
+	return chain_b(local) + 1;
+}
+
+static struct rp_unwind_input input(void)
+{
+	return (struct rp_unwind_input){ .pid = (uint32_t)getpid(), .tid = (uint32_t)gettid(),
+					 .ip = rec.ip, .sp = rec.sp, .bp = rec.bp,
+					 .stack = rec.stack, .len = rec.len };
+}
+
+static struct rp_unwind *new_unwind(void)
+{
+	struct rp_unwind *u = NULL;
+	struct rp_err err = { 0 };
+	assert_int_equal(rp_unwind_new("/proc", &u, &err), 0);
+	return u;
+}
+
+static void test_recorded_stack(void **state)
+{
+	(void)state;
+	volatile uint64_t work = 7;
+	assert_int_equal(chain_a(&work), 7 + 3 + 2);
+	assert_true(rec.len >= 512);
+	struct rp_unwind *u = new_unwind();
+	uint64_t frames[RP_SAMPLER_DEPTH_MAX];
+	struct rp_unwind_input in = input();
+	unsigned n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	/* chain_c's ip, then into chain_b, chain_a, this test, cmocka, main. */
+	assert_true(n >= 5);
+	assert_int_equal(frames[0], rec.ip);
+	assert_int_equal(frames[1], rec.returns[0]);
+	assert_int_equal(frames[2], rec.returns[1]);
+	assert_int_equal(frames[3], rec.returns[2]);
+	/* Bounded by max; the second sample reuses the process's mappings. */
+	assert_int_equal(rp_unwind_stack(u, &in, frames, 2), 2);
+	struct rp_unwind_stats st;
+	rp_unwind_stats(u, &st);
+	assert_int_equal(st.processes, 1);
+	assert_int_equal(st.unwound, 2);
+
+	/* Votes: RP_UNWIND_AGREE agreeing walks in a row, then counting again;
+	 * one that disagrees starts over; a process never unwound has none. */
+	for (unsigned round = 0; round < 2; round++) {
+		for (unsigned i = 1; i < RP_UNWIND_AGREE; i++)
+			assert_false(rp_unwind_vote(u, in.pid, true));
+		assert_false(rp_unwind_vote(u, in.pid, false));
+		for (unsigned i = 1; i < RP_UNWIND_AGREE; i++)
+			assert_false(rp_unwind_vote(u, in.pid, true));
+		assert_true(rp_unwind_vote(u, in.pid, true));
+	}
+	assert_false(rp_unwind_vote(u, in.pid + 1, true));
+
+	/* With the stack cut right after chain_c's frame the unwind stops
+	 * there, never reading past the copy. */
+	in.len = (size_t)(rec.returns[0] ? 8 : 0);
+	n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	assert_true(n <= 2);
+	rp_unwind_free(u);
+}
+
+static void test_hostile_stacks(void **state)
+{
+	(void)state;
+	volatile uint64_t work = 1;
+	(void)chain_a(&work);
+	struct rp_unwind *u = new_unwind();
+	uint64_t frames[RP_SAMPLER_DEPTH_MAX];
+	srandom(14);
+	for (unsigned round = 0; round < 2000; round++) {
+		struct rp_unwind_input in = input();
+		uint64_t *words = (uint64_t *)rec.stack;
+		for (size_t i = 0; i < rec.len / 8; i++) {
+			uint64_t r = (uint64_t)random() << 32 | (uint64_t)random();
+			/* Random words, pointers into the copy, and return
+			 * addresses into this program's code. */
+			words[i] = round % 3 == 0 ? r
+				 : round % 3 == 1 ? rec.sp + (r % rec.len & ~7ull)
+						  : rec.returns[r % 3] + r % 64;
+		}
+		if (round % 5 == 0)
+			in.ip = (uint64_t)random() << 20;
+		if (round % 7 == 0)
+			in.sp = (uint64_t)random() << 12;
+		unsigned n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+		assert_true(n <= RP_SAMPLER_DEPTH_MAX);
+	}
+	/* Every return address leads back into the same frame: a loop that
+	 * only max ends. */
+	struct rp_unwind_input in = input();
+	for (size_t i = 0; i < rec.len / 8; i++)
+		((uint64_t *)rec.stack)[i] = rec.ip;
+	assert_true(rp_unwind_stack(u, &in, frames, 16) <= 16);
+	/* A process that is not there: nothing, no crash. */
+	in.pid = 0x7ffffff0;
+	assert_int_equal(rp_unwind_stack(u, &in, frames, 16), 0);
+	rp_unwind_reap(u);
+	rp_unwind_free(u);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_recorded_stack),
+		cmocka_unit_test(test_hostile_stacks),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
