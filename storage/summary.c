@@ -414,9 +414,11 @@ static void print_shallow(FILE *out, const struct tally *t)
 		const char *pname = rp_reader_process_name(t->r, p->pid);
 		fprintf(out, "\nwarning: the stacks of %s (pid %u) look cut short: %.0f%% of its %llu "
 			"samples have at most %d user frames, the outermost mostly in %s, likely "
-			"built without frame pointers (the sampler walks them).  Rebuild it with "
-			"-fno-omit-frame-pointer; for Python, use a libpython built so (3.12+ with "
-			"-X perf then names the Python functions too)\n",
+			"built without frame pointers and without unwind tables the daemon could "
+			"use (where a frame-pointer walk is cut short it unwinds a copy of the "
+			"stack with the binary's .eh_frame).  Check that [sampler] stack_copy is "
+			"not never and that the binary keeps its .eh_frame, or rebuild it with "
+			"-fno-omit-frame-pointer\n",
 			pname ? rp_text_escape(pname, name, sizeof(name)) : "?", p->pid,
 			100.0 * (double)p->shallow / (double)p->user_samples,
 			(unsigned long long)p->user_samples, SHALLOW_FRAMES,
