@@ -15,9 +15,9 @@ import platform
 from setuptools import Extension, setup
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCES = ["lib/ringprof.c", "ringbuf/shmring.c", "ringbuf/clock.c", "ringbuf/err.c",
+SOURCES = ["lib/ringprof.c", "producer/producer.c", "ringbuf/shmring.c", "ringbuf/clock.c", "ringbuf/err.c",
            "util/hello.c", "util/parse.c", "util/paths.c"]
-INCLUDES = ["lib/include", "ringbuf", "util"]
+INCLUDES = ["lib/include", "producer", "ringbuf", "util"]
 
 missing = [s for s in SOURCES if not (ROOT / s).is_file()]
 if missing:

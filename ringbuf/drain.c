@@ -87,6 +87,7 @@ struct rp_drain {
 	struct rp_err *poll_err; /* where the drain callback reports */
 	struct producer *draining; /* the producer the drain callback serves */
 	uint64_t draining_now_ns;  /* the host clock when its drain began */
+	int64_t draining_offset_ns; /* its foreign clock's offset, read once */
 	rp_drain_detach_fn on_detach;
 	void *detach_ctx;
 
@@ -571,9 +572,15 @@ int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev, struct rp
 
 static uint64_t to_host_ns(const struct rp_drain *d, const struct rp_shmring *r, uint64_t t)
 {
-	if (rp_shmring_clock(r) == RP_SHM_CLOCK_TSC && d->have_calib)
-		return rp_tsc_to_ns(&d->calib, t);
-	return t;
+	switch (rp_shmring_clock(r)) {
+	case RP_SHM_CLOCK_TSC:
+		return d->have_calib ? rp_tsc_to_ns(&d->calib, t) : t;
+	case RP_SHM_CLOCK_FOREIGN:
+		/* Wraps on a nonsense offset: plausible_ts then rejects it. */
+		return t + (uint64_t)d->draining_offset_ns;
+	default:
+		return t;
+	}
 }
 
 static uint64_t add_saturated(uint64_t a, uint64_t b)
@@ -670,6 +677,7 @@ static long drain_producer(struct rp_drain *d, struct producer *p, struct rp_err
 	d->poll_err = err;
 	d->draining = p;
 	d->draining_now_ns = rp_clock_now_ns();
+	d->draining_offset_ns = rp_shmring_clock_offset(p->ring);
 	long n = rp_shmring_drain(p->ring, take_record, d, 0, &corrupt);
 	d->st.corrupt_records += corrupt;
 	p->corrupt += corrupt;

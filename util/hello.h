@@ -5,30 +5,46 @@
 #ifndef RINGPROF_HELLO_H
 #define RINGPROF_HELLO_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
 #include "err.h"
 
-/* Wire sizes, little-endian, fixed. */
-#define RP_HELLO_SIZE 144
+/* Wire sizes, little-endian, fixed.  A version-1 hello (144 bytes, no
+ * clock or offered ring: a producer linked against an older libringprof)
+ * is still accepted. */
+#define RP_HELLO_SIZE 160
+#define RP_HELLO_V1_SIZE 144
 #define RP_REPLY_SIZE 264
-#define RP_HELLO_VERSION 1
+#define RP_HELLO_VERSION 2
 #define RP_HELLO_DEVICE_LEN 64   /* incl. the NUL */
 #define RP_HELLO_THREAD_LEN 56   /* incl. the NUL */
 #define RP_REPLY_MESSAGE_LEN 248 /* incl. the NUL */
+#define RP_HELLO_CLOCK_MAX 3     /* the last enum rp_shm_clock */
 
 struct rp_hello {
 	uint32_t pid, tid;     /* as the producer sees them */
 	uint32_t ring_size;    /* data bytes wanted; 0: the daemon's default */
 	char device[RP_HELLO_DEVICE_LEN];      /* ring name: "host", "gpu0", ... */
 	char thread_name[RP_HELLO_THREAD_LEN]; /* may be empty */
+	/* Version 2: how the producer stamps (0: the daemon's choice of the
+	 * host clocks, else enum rp_shm_clock) and, for a foreign clock, its
+	 * offset to host CLOCK_MONOTONIC ns. */
+	uint32_t clock;
+	int64_t clock_offset_ns;
+	/* Version 2: the producer offers ring_fd, the ring an earlier daemon
+	 * gave it, with what that daemon left unread, instead of asking for
+	 * a new one.  Received, ring_fd is the caller's to close. */
+	bool offer_ring;
+	int ring_fd;
 };
 
 /* Producer: connect to the producer socket, send hello and wait for the
  * reply, each step bounded by about a second so that a hung daemon cannot
  * stall the program for long.  On success *ring_fd is the ring's memfd
- * (O_CLOEXEC, the caller owns it).  The daemon's refusal comes back as its
+ * (O_CLOEXEC, the caller owns it): the offered one's when the hello
+ * offers a ring.  The daemon's refusal comes back as its
  * status with its message in err; no daemon gives -ENOENT/-ECONNREFUSED,
  * a daemon that does not answer -EAGAIN. */
 int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
@@ -39,7 +55,7 @@ int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
  * sender: *peer gets SO_PEERCRED, and a pid that is not the sender's (in
  * the daemon's or the sender's own pid namespace) is -EPERM.  Blocks
  * unless conn_fd is non-blocking (then -EAGAIN) or has a receive timeout;
- * fds sent along are closed.  Errors: -EPROTO for a malformed hello,
+ * fds sent along are closed, except the one ring a valid hello offers.  Errors: -EPROTO for a malformed hello,
  * -EINVAL for a bad device name, -ECONNRESET when the peer hung up. */
 int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
 		     struct rp_err *err);

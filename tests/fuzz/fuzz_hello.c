@@ -90,6 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rp_err err = { 0 };
 	int rc = rp_hello_receive(sv[1], &hello, &peer, &err);
 	check_hello(rc, &hello, &peer);
+	if (rc == 0 && hello.offer_ring)
+		close(hello.ring_fd); /* the receiver's: kept only with a valid offer */
 	/* Nothing more is waiting: -EAGAIN, not a block. */
 	if (rp_hello_receive(sv[1], &hello, &peer, &err) != -EAGAIN)
 		abort();

@@ -37,12 +37,16 @@ static struct wire_hello wire_hello(uint32_t pid, const char *device, const char
 {
 	struct wire_hello w = { { 0 } };
 	memcpy(w.b, "RPHELLO1", 8);
-	le32(w.b + 8, 1);
+	le32(w.b + 8, 2);
 	le32(w.b + 12, pid);
 	le32(w.b + 16, 77);
 	le32(w.b + 20, 8192);
 	memcpy(w.b + 24, device, strlen(device));
 	memcpy(w.b + 88, thread, strlen(thread));
+	le32(w.b + 144, 3); /* a foreign clock */
+	/* Its offset, -0x12345678, as an i64. */
+	le32(w.b + 152, (uint32_t)-0x12345678);
+	le32(w.b + 156, 0xffffffffu);
 	return w;
 }
 
@@ -81,8 +85,19 @@ static void receive_decodes_the_wire_format(void **state)
 	assert_int_equal(h.ring_size, 8192);
 	assert_string_equal(h.device, "gpu0");
 	assert_string_equal(h.thread_name, "trainer");
+	assert_int_equal(h.clock, 3);
+	assert_true(h.clock_offset_ns == -0x12345678);
+	assert_false(h.offer_ring);
 	assert_int_equal(peer.pid, getpid());
 	assert_int_equal(peer.uid, getuid());
+
+	/* Version 1, from an older libringprof: its 144 bytes alone. */
+	le32(w.b + 8, 1);
+	assert_int_equal(send(sv[0], w.b, RP_HELLO_V1_SIZE, 0), RP_HELLO_V1_SIZE);
+	assert_int_equal(rp_hello_receive(sv[1], &h, &peer, &err), 0);
+	assert_string_equal(h.device, "gpu0");
+	assert_int_equal(h.clock, 0);
+	assert_true(h.clock_offset_ns == 0);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -103,18 +118,27 @@ static void receive_rejects_malformed_hellos(void **state)
 	uint32_t pid = (uint32_t)getpid();
 	struct wire_hello w = wire_hello(pid, "host", "t");
 
-	expect_rejected(w.b, 100, -EPROTO, "100 bytes, expected 144");
+	expect_rejected(w.b, 100, -EPROTO, "100 bytes, expected 160");
 	uint8_t big[RP_HELLO_SIZE + 8] = { 0 };
 	memcpy(big, w.b, sizeof(w.b));
-	expect_rejected(big, sizeof(big), -EPROTO, "more than 144 bytes");
+	expect_rejected(big, sizeof(big), -EPROTO, "more than 160 bytes");
 
 	w = wire_hello(pid, "host", "t");
 	memcpy(w.b, "GETHTTP/", 8);
 	expect_rejected(w.b, sizeof(w.b), -EPROTO, "not a ringprof producer");
 
 	w = wire_hello(pid, "host", "t");
-	le32(w.b + 8, 2);
-	expect_rejected(w.b, sizeof(w.b), -EPROTO, "version 2");
+	le32(w.b + 8, 3);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "version 3");
+	w = wire_hello(pid, "host", "t");
+	le32(w.b + 144, 4);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "clock 4");
+	w = wire_hello(pid, "host", "t");
+	le32(w.b + 148, 2);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "unknown flags");
+	w = wire_hello(pid, "host", "t");
+	le32(w.b + 148, 1);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "offers a ring but passes 0 fds");
 
 	w = wire_hello(pid, "host", "t");
 	memset(w.b + 24, 'a', 64);
@@ -135,13 +159,14 @@ static void receive_rejects_malformed_hellos(void **state)
 	expect_rejected(w.b, sizeof(w.b), -EPERM, "claims pid 1");
 }
 
-/* fds a producer sends along with its hello must not leak into the daemon. */
-static void receive_closes_fds_sent_along(void **state)
+/* fds a producer sends along with its hello must not leak into the
+ * daemon; the one of an offered ring is handed over. */
+static void send_with_fd(int sv[2], bool offer, int *watch)
 {
-	(void)state;
 	int p[2];
 	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 	struct wire_hello w = wire_hello((uint32_t)getpid(), "host", "t");
+	le32(w.b + 148, offer);
 	struct iovec iov = { w.b, sizeof(w.b) };
 	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } cb;
 	memset(&cb, 0, sizeof(cb));
@@ -152,17 +177,34 @@ static void receive_closes_fds_sent_along(void **state)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &p[1], sizeof(int));
-	int sv[2];
 	pair(sv);
 	assert_int_equal(sendmsg(sv[0], &m, 0), (ssize_t)sizeof(w.b));
 	close(p[1]);
+	*watch = p[0];
+}
+
+static void receive_closes_fds_sent_along(void **state)
+{
+	(void)state;
+	int sv[2], watch;
+	send_with_fd(sv, false, &watch);
 	struct rp_hello h;
 	struct rp_err err = { 0 };
-	assert_int_equal(rp_hello_receive(sv[1], &h, NULL, &err), 0);
+	assert_int_equal(rp_hello_receive(sv[1], &h, NULL, &err), -EPROTO);
 	/* The received copy was the last write end: the pipe reads EOF. */
 	char byte;
-	assert_int_equal(read(p[0], &byte, 1), 0);
-	close(p[0]);
+	assert_int_equal(read(watch, &byte, 1), 0);
+	close(watch);
+	close(sv[0]);
+	close(sv[1]);
+
+	send_with_fd(sv, true, &watch);
+	assert_int_equal(rp_hello_receive(sv[1], &h, NULL, &err), 0);
+	assert_true(h.offer_ring);
+	assert_int_equal(read(watch, &byte, 1), -1); /* kept open: EAGAIN */
+	close(h.ring_fd);
+	assert_int_equal(read(watch, &byte, 1), 0);
+	close(watch);
 	close(sv[0]);
 	close(sv[1]);
 }
