@@ -76,6 +76,14 @@ __attribute__((constructor)) static void init(void)
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
+/* exit() runs no thread-exit destructors: the exiting thread's client
+ * (the main thread's, mostly) is freed here, so that a ring its daemon
+ * left is handed to a daemon that is back (rp_producer_free). */
+__attribute__((destructor)) static void fini(void)
+{
+	on_thread_exit(self.client);
+}
+
 /* The ring the client hands out, set up for the heartbeat countdown. */
 static struct rp_shmring *use_ring(struct thread_state *t, struct rp_shmring *ring)
 {

@@ -87,10 +87,23 @@ static void drop_ring(struct rp_producer *p)
 	p->drained = false;
 }
 
+static bool beat_fresh(const struct rp_producer *p)
+{
+	uint64_t beat = rp_shmring_consumer_beat_ns(p->ring);
+	return (int64_t)(rp_clock_now_ns() - beat) <= (int64_t)STALE_NS;
+}
+
 void rp_producer_free(struct rp_producer *p)
 {
 	if (!p)
 		return;
+	/* What an orphaned ring holds is lost with it: a daemon that is back
+	 * by now gets it first, and drains it after the producer is gone. */
+	if (p->ring && !beat_fresh(p)) {
+		p->drained = false;
+		p->retry_at_ns = 0;
+		(void)rp_producer_connect(p);
+	}
 	drop_ring(p);
 	free(p);
 }
@@ -213,8 +226,7 @@ struct rp_shmring *rp_producer_check(struct rp_producer *p)
 {
 	if (!p->ring)
 		return rp_producer_connect(p);
-	uint64_t beat = rp_shmring_consumer_beat_ns(p->ring);
-	if ((int64_t)(rp_clock_now_ns() - beat) <= (int64_t)STALE_NS)
+	if (beat_fresh(p))
 		return p->ring;
 	/* Newly orphaned: look for the next daemon at once. */
 	if (p->drained)

@@ -641,6 +641,7 @@ int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring)
 		d->cap = cap;
 	}
 	d->producers[d->nproducers++] = (struct producer){ .ring = ring };
+	rp_shmring_hold(ring);
 	return 0;
 }
 
@@ -683,8 +684,25 @@ static long drain_producer(struct rp_drain *d, struct producer *p, struct rp_err
 	p->corrupt += corrupt;
 	if (n < 0)
 		return n;
+	/* A ring half full of what the open chunk holds: freed now, or the
+	 * producer would drop; a daemon killed before the seal loses it. */
+	if (rp_shmring_held(p->ring) > rp_shmring_capacity(p->ring) / 2)
+		(void)rp_shmring_release(p->ring);
 	int rc = record_drops(d, p, err);
 	return rc < 0 ? rc : n;
+}
+
+/* Producer records stay in their rings until the chunk holding them is
+ * handed to the ring file, so that a daemon killed before that leaves
+ * them to the next daemon, which the producer offers its ring to.  Only
+ * once no event is carried over into the open chunk: then every record
+ * read so far is in a sealed chunk. */
+static void release_sealed(struct rp_drain *d)
+{
+	if (rp_chunk_builder_count(d->builder) > 0)
+		return;
+	for (size_t i = 0; i < d->nproducers; i++)
+		(void)rp_shmring_release(d->producers[i].ring);
 }
 
 long rp_drain_poll(struct rp_drain *d, struct rp_err *err)
@@ -705,6 +723,7 @@ long rp_drain_poll(struct rp_drain *d, struct rp_err *err)
 		int rc = seal_one(d, err);
 		if (rc < 0)
 			return rc;
+		release_sealed(d);
 	}
 	int rc = rp_ringfile_poll(d->rf, err);
 	return rc < 0 ? rc : total;
@@ -720,6 +739,7 @@ int rp_drain_flush(struct rp_drain *d, struct rp_err *err)
 		if (rc < 0)
 			return rc;
 	}
+	release_sealed(d);
 	return rp_ringfile_sync(d->rf, false, err);
 }
 

@@ -89,6 +89,10 @@ struct rp_shmring {
 	 * consumer thread of the same process does not false-share it. */
 	alignas(64) uint64_t head;
 	uint64_t cached_tail;
+	/* The consumer's, holding: where the next drain reads (freed up to
+	 * released). */
+	bool holding;
+	uint64_t read, released;
 };
 
 /* Fixed payload size of each kind, and whether a name follows it.  CPU
@@ -562,7 +566,8 @@ long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 {
 	struct shm_hdr *h = r->hdr;
 	uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint64_t tail = r->holding ? r->read
+				   : atomic_load_explicit(&h->tail, memory_order_relaxed);
 	uint64_t published = tail;
 	uint64_t buf[REC_MAX / sizeof(uint64_t)];
 	struct rp_rec *rec = (struct rp_rec *)buf;
@@ -609,20 +614,45 @@ long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 		n++;
 		/* Free space as we go on long drains, so the producer does not
 		 * see a full ring that is mostly read already. */
-		if (tail - published >= r->size / 4) {
+		if (!r->holding && tail - published >= r->size / 4) {
 			atomic_store_explicit(&h->tail, tail, memory_order_release);
 			published = tail;
 		}
 	}
-	if (tail != published)
+	if (r->holding)
+		r->read = tail;
+	else if (tail != published)
 		atomic_store_explicit(&h->tail, tail, memory_order_release);
 	return rc < 0 ? rc : n;
 
 corrupt:
 	if (corrupt)
 		(*corrupt)++;
-	atomic_store_explicit(&h->tail, head, memory_order_release);
+	if (r->holding)
+		r->read = head;
+	else
+		atomic_store_explicit(&h->tail, head, memory_order_release);
 	return n;
+}
+
+void rp_shmring_hold(struct rp_shmring *r)
+{
+	r->holding = true;
+	r->read = r->released = atomic_load_explicit(&r->hdr->tail, memory_order_relaxed);
+}
+
+uint64_t rp_shmring_release(struct rp_shmring *r)
+{
+	uint64_t held = r->read - r->released;
+	if (held)
+		atomic_store_explicit(&r->hdr->tail, r->read, memory_order_release);
+	r->released = r->read;
+	return held;
+}
+
+uint64_t rp_shmring_held(const struct rp_shmring *r)
+{
+	return r->read - r->released;
 }
 
 int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,

@@ -167,6 +167,18 @@ typedef int (*rp_shmring_fn)(void *ctx, const struct rp_shmring *r,
 long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 		      size_t max, uint64_t *corrupt);
 
+/* Consumer: from now on drains only read, and the space they read is
+ * freed at rp_shmring_release: a consumer that keeps what it read in
+ * memory until it is written elsewhere releases it then, so that a
+ * consumer killed before that leaves it in the ring for the next one
+ * (which resumes at tail). */
+void rp_shmring_hold(struct rp_shmring *r);
+/* Consumer, holding: free everything read so far; returns the bytes read
+ * and not yet freed before the call. */
+uint64_t rp_shmring_release(struct rp_shmring *r);
+/* Consumer, holding: bytes read and not yet freed. */
+uint64_t rp_shmring_held(const struct rp_shmring *r);
+
 /* Consumer: decode one record into an event (name points into the
  * record; frames into the record).  Timestamps stay in the ring's clock.
  * Returns -EBADMSG for a record whose payload does not fit its size. */
