@@ -2,29 +2,30 @@
 a device and a clock of its own, and the rings producers keep across a
 daemon restart (docs/api.md, "Producer client")."""
 
+import array
+import errno
+import fcntl
 import json
+import mmap
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
-import conftest  # noqa: F401  (puts this tree's Python package on PYTHONPATH)
-from daemon_harness import BUILD, Daemon, dump, finish_producer, seq_values, start_producer
+# conftest also puts this tree's Python package on PYTHONPATH; its daemon
+# config's 16 MiB producer rings hold every event the producers below
+# write while no daemon drains them.
+from conftest import CONFIG
+from daemon_harness import (BUILD, Daemon, dump, finish_producer, producer_hello, seq_values,
+                            start_producer)
 
 FOREIGN_PRODUCER = os.environ.get("RINGPROF_FOREIGN_PRODUCER",
                                   os.path.join(BUILD, "tests", "foreign-producer"))
-
-# 16 MiB producer rings hold every event the producers below write while
-# no daemon drains them.
-CONFIG = """
-[daemon]
-poll_interval = 10ms
-seal_interval = 100ms
-[producers]
-ring_size = 16MiB
-"""
 
 
 def snapshot(d, name, last="60s"):
@@ -98,3 +99,65 @@ def test_sigkill_restart_loses_nothing(tmp_path):
 
 def test_sigterm_restart_loses_nothing(tmp_path):
     restart_keeps_every_event(tmp_path, signal.SIGTERM)
+
+
+def offer_ring(daemon, fd, device="host"):
+    """A version-2 hello offering fd as the producer's ring: (status, message)."""
+    hello = struct.pack("<8sIIII64s56sIIq", b"RPHELLO1", 2, os.getpid(), threading.get_native_id(),
+                        0, device.encode(), b"offer", 0, 1, 0)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(10)
+        s.connect(daemon.socket + ".producers")
+        s.sendmsg([hello], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+        msg, anc, _, _ = s.recvmsg(264, socket.CMSG_SPACE(4))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            os.close(array.array("i", data[:4])[0])
+    status, = struct.unpack_from("<i", msg, 8)
+    return status, msg[16:].split(b"\0")[0].decode()
+
+
+def producer_rings(daemon):
+    return daemon.ok("GET", "/v1/status")["producers"]["rings"]
+
+
+def test_offered_rings_are_checked_as_untrusted(tmp_path):
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        # Not a ring at all: a pipe, an unsealed memfd, a sealed one with
+        # a bad header.
+        r, w = os.pipe()
+        assert offer_ring(d, r)[0] == -errno.EINVAL
+        os.close(r)
+        os.close(w)
+        fake = os.memfd_create("fake", os.MFD_ALLOW_SEALING)
+        os.ftruncate(fake, 4096 + 65536)
+        assert offer_ring(d, fake)[0] == -errno.EINVAL
+        fcntl.fcntl(fake, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        status, message = offer_ring(d, fake)
+        assert status == -errno.EINVAL and "magic" in message
+        os.close(fake)
+
+        # A ring this daemon drains already is not attached twice.
+        status, _, fd = producer_hello(d)
+        assert status == 0
+        before = producer_rings(d)
+        assert offer_ring(d, fd) == (0, "ok")
+        assert producer_rings(d) == before
+
+        # A ring of an earlier daemon with forged positions: taken, its
+        # garbage counted as corrupt, and the daemon keeps recording.
+        d.kill()
+        hdr = mmap.mmap(fd, 4096)
+        hdr[128:136] = struct.pack("<Q", 1 << 40)  # head far past tail
+        d.start()
+        assert offer_ring(d, fd) == (0, "ok")
+        finish_producer(start_producer(d, 1000, 1))
+        assert d.alive()
+        assert [v for v, _ in seq_values(snapshot(d, "after"))] == list(range(1000))
+        host = [r for r in d.ok("GET", "/v1/status")["rings"] if r["device"] == "host"]
+        assert host[0]["corrupt_records"] >= 1
+        hdr.close()
+        os.close(fd)
+    finally:
+        d.stop()
