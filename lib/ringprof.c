@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifndef RINGPROF_NO_SESSIONS
 #include <jansson.h>
@@ -38,11 +39,19 @@
 struct thread_state {
 	struct rp_shmring *ring;     /* NULL: disconnected */
 	struct rp_producer *client;  /* NULL: none yet */
+	uint64_t retry_at_ns;        /* CLOCK_MONOTONIC_COARSE, while disconnected */
 	uint32_t until_check;        /* events until the heartbeat check */
 	char name[RP_HELLO_THREAD_LEN]; /* ringprof_thread_name; "": comm */
 };
 
 static __thread struct thread_state self;
+
+static uint64_t coarse_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Closes an exiting thread's ring, so short-lived threads do not leak
  * their rings. */
@@ -102,7 +111,16 @@ connect_ring(struct thread_state *t)
 		rp_producer_set_thread_name(t->client, t->name);
 		pthread_setspecific(exit_key, t->client);
 	}
-	return use_ring(t, rp_producer_connect(t->client));
+	struct rp_shmring *ring = use_ring(t, rp_producer_connect(t->client));
+	t->retry_at_ns = rp_producer_next_try_ns(t->client);
+	return ring;
+}
+
+static inline struct rp_shmring *connect_if_due(struct thread_state *t)
+{
+	if (__builtin_expect(coarse_now_ns() < t->retry_at_ns, 1))
+		return NULL;
+	return connect_ring(t);
 }
 
 /* Whether the daemon still drains t's ring; if not, the client offers it
@@ -117,7 +135,7 @@ check_beat(struct thread_state *t)
 static inline struct rp_shmring *ring_for_event(struct thread_state *t)
 {
 	if (__builtin_expect(t->ring == NULL, 0))
-		return connect_ring(t);
+		return connect_if_due(t);
 	if (__builtin_expect(--t->until_check == 0, 0))
 		return check_beat(t);
 	return t->ring;
@@ -186,7 +204,7 @@ int ringprof_connected(void)
 	if (t->ring)
 		check_beat(t);
 	else
-		connect_ring(t);
+		connect_if_due(t);
 	return t->client && rp_producer_connected(t->client);
 }
 

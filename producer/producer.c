@@ -235,6 +235,11 @@ struct rp_shmring *rp_producer_check(struct rp_producer *p)
 	return rp_producer_connect(p);
 }
 
+uint64_t rp_producer_next_try_ns(const struct rp_producer *p)
+{
+	return p->retry_at_ns;
+}
+
 bool rp_producer_connected(const struct rp_producer *p)
 {
 	return p->drained;

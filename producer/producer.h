@@ -48,6 +48,9 @@ struct rp_shmring *rp_producer_connect(struct rp_producer *p);
  * ring offered to the next one.  Returns the ring to write to, as
  * rp_producer_connect. */
 struct rp_shmring *rp_producer_check(struct rp_producer *p);
+/* When rp_producer_connect next tries the daemon, in CLOCK_MONOTONIC_COARSE
+ * ns: a hot path without a ring skips calling it until then. */
+uint64_t rp_producer_next_try_ns(const struct rp_producer *p);
 /* Whether a live daemon drains the ring (as of the last check). */
 bool rp_producer_connected(const struct rp_producer *p);
 
