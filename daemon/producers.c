@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -42,10 +43,82 @@ struct rp_producers {
 	int listen_fd;
 	int stop_pipe[2];
 	enum rp_shm_clock clock;
+	uint64_t consumer_id;  /* this run's, in the rings it drains */
 	pthread_t thread;
 	struct conn conns[MAX_PENDING]; /* oldest first; the thread's alone */
 	unsigned nconns;
 };
+
+/* A new ring for hello, in the clock it asks for. */
+static int new_ring(struct rp_producers *p, const struct rp_hello *hello,
+		    const struct ucred *peer, struct rp_shmring **out, struct rp_err *err)
+{
+	uint32_t size = hello->ring_size ? hello->ring_size : p->cfg->producer_ring_size;
+	enum rp_shm_clock clock = hello->clock ? (enum rp_shm_clock)hello->clock : p->clock;
+	/* The pid as this daemon sees it: a containerised producer knows its own
+	 * namespace's pid, which would mislabel its events and break reaping. */
+	int rc = rp_shmring_create(size, (uint32_t)peer->pid, hello->tid, clock, out, err);
+	if (rc == 0)
+		rp_shmring_set_clock_offset(*out, hello->clock_offset_ns);
+	return rc;
+}
+
+/* The ring an earlier daemon gave the producer, with what it left unread:
+ * untrusted, checked as any ring (rp_shmring_map) and bounded as a new
+ * one would be; it keeps its clock.  -EALREADY: this daemon drains it
+ * already. */
+static int adopt_ring(struct rp_producers *p, const struct rp_hello *hello,
+		      const struct ucred *peer, struct rp_shmring **out, struct rp_err *err)
+{
+	int rc = rp_shmring_adopt(hello->ring_fd, (uint32_t)peer->pid, hello->tid,
+				  p->consumer_id, out, err);
+	if (rc == 0 && rp_shmring_capacity(*out) > RP_PRODUCER_RING_MAX) {
+		rc = rp_err_set(err, -EFBIG, "the offered ring holds %zu MiB; a producer "
+				"ring is at most %u MiB: ask for a new ring",
+				rp_shmring_capacity(*out) >> 20, RP_PRODUCER_RING_MAX >> 20);
+		rp_shmring_close(*out);
+	}
+	return rc;
+}
+
+/* Make, or take over, the ring hello asks for and attach it; 0 or the
+ * refusal, with its message in err. */
+static int attach_ring(struct rp_producers *p, const struct rp_hello *hello,
+		       const struct ucred *peer, int *ring_fd, struct rp_err *err)
+{
+	if (hello->ring_size > RP_PRODUCER_RING_MAX)
+		return rp_err_set(err, -EFBIG, "the hello asks for a %u MiB ring; a producer "
+				  "ring is at most %u MiB (the bound of [producers] ring_size): "
+				  "ask for less, or 0 for the daemon's default",
+				  hello->ring_size >> 20, RP_PRODUCER_RING_MAX >> 20);
+	struct rp_shmring *ring;
+	int rc = hello->offer_ring ? adopt_ring(p, hello, peer, &ring, err)
+				   : new_ring(p, hello, peer, &ring, err);
+	if (rc == -EALREADY) {
+		/* Still drained here: the producer carries on with it. */
+		*ring_fd = dup(hello->ring_fd);
+		return *ring_fd < 0 ? rp_err_set(err, -errno, "cannot dup a ring fd: %s",
+						 strerror(errno)) : 0;
+	}
+	if (rc < 0)
+		return rc;
+	rp_shmring_set_consumer(ring, p->consumer_id);
+	/* Attach before replying, so a producer never writes into a ring
+	 * nobody drains.  Should the reply fail, the ring stays attached and
+	 * is reaped with the producer's process.  The daemon keeps the ring's
+	 * mapping, not its fd: rings cost no fds. */
+	*ring_fd = rp_shmring_take_fd(ring);
+	/* A pid the producer sees as the daemon does: so are its tids. */
+	bool own_tid = hello->pid == (uint32_t)peer->pid;
+	rc = rp_rings_attach(p->rings, hello->device, hello->device_uid, ring, own_tid,
+			     hello->thread_name, err);
+	if (rc < 0) {
+		rp_shmring_close(ring);
+		close(*ring_fd);
+		*ring_fd = -1;
+	}
+	return rc;
+}
 
 /* Answer the hello waiting on conn.  -EAGAIN: none yet. */
 static int serve_one(struct rp_producers *p, int conn)
@@ -53,43 +126,18 @@ static int serve_one(struct rp_producers *p, int conn)
 	struct rp_hello hello;
 	struct ucred peer;
 	struct rp_err err = { 0 };
+	int fd = -1;
 	int rc = rp_hello_receive(conn, &hello, &peer, &err);
 	if (rc == -EAGAIN)
 		return rc;
-	if (rc == 0 && hello.ring_size > RP_PRODUCER_RING_MAX)
-		rc = rp_err_set(&err, -EFBIG, "the hello asks for a %u MiB ring; a producer "
-				"ring is at most %u MiB (the bound of [producers] ring_size): ask "
-				"for less, or 0 for the daemon's default",
-				hello.ring_size >> 20, RP_PRODUCER_RING_MAX >> 20);
-	if (rc < 0) {
-		(void)rp_hello_reply(conn, rc, err.msg, -1);
-		return rc;
-	}
-	uint32_t size = hello.ring_size ? hello.ring_size : p->cfg->producer_ring_size;
-	struct rp_shmring *ring;
-	/* The pid as this daemon sees it: a containerised producer knows its own
-	 * namespace's pid, which would mislabel its events and break reaping. */
-	rc = rp_shmring_create(size, (uint32_t)peer.pid, hello.tid, p->clock, &ring, &err);
-	if (rc < 0) {
-		(void)rp_hello_reply(conn, rc, err.msg, -1);
-		return rc;
-	}
-	/* Attach before replying, so a producer never writes into a ring
-	 * nobody drains.  Should the reply fail, the ring stays attached and
-	 * is reaped with the producer's process.  The daemon keeps the ring's
-	 * mapping, not its fd: rings cost no fds. */
-	int fd = rp_shmring_take_fd(ring);
-	/* A pid the producer sees as the daemon does: so are its tids. */
-	bool own_tid = hello.pid == (uint32_t)peer.pid;
-	rc = rp_rings_attach(p->rings, hello.device, hello.device_uid, ring, own_tid,
-			     hello.thread_name, &err);
 	if (rc == 0) {
-		(void)rp_hello_reply(conn, 0, "ok", fd);
-	} else {
-		rp_shmring_close(ring);
-		(void)rp_hello_reply(conn, rc, err.msg, -1);
+		rc = attach_ring(p, &hello, &peer, &fd, &err);
+		if (hello.offer_ring)
+			close(hello.ring_fd);
 	}
-	close(fd);
+	(void)rp_hello_reply(conn, rc, rc == 0 ? "ok" : err.msg, fd);
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 
@@ -191,6 +239,9 @@ int rp_producers_start(const struct rp_config *cfg, struct rp_rings *rings,
 	p->cfg = cfg;
 	p->rings = rings;
 	p->clock = rp_tsc_usable() ? RP_SHM_CLOCK_TSC : RP_SHM_CLOCK_MONOTONIC;
+	/* Unique to this run: the pid alone repeats across restarts in a
+	 * container; the clock does not. */
+	p->consumer_id = rp_clock_now_ns() ^ ((uint64_t)getpid() << 48);
 	rp_producer_socket_path(cfg->socket, p->path, sizeof(p->path));
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	if (strlen(p->path) >= sizeof(addr.sun_path)) {

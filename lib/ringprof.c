@@ -1,15 +1,15 @@
-/* libringprof (ringprof.h).
+/* libringprof (ringprof.h): the public API over the producer client
+ * (producer/producer.h), which owns each thread's ring: its hello, its
+ * heartbeat check, its reconnects.
  *
  * Each thread owns one producer ring, asked from the daemon with a hello
  * on its first annotation.  Without a daemon the thread stays
  * disconnected and retries at most once a second, judged by the vDSO
  * coarse clock, so annotations then cost a clock read and a compare.
  *
- * A dead daemon stops draining, and nothing else tells the producer: the
- * thread checks the consumer heartbeat in the ring header every
- * CHECK_EVERY events (within FULL_CHECK_EVERY once the ring is full), and
- * a beat older than STALE_NS drops the ring, so the thread reconnects to
- * the next daemon.
+ * The thread checks the consumer heartbeat every CHECK_EVERY events
+ * (within FULL_CHECK_EVERY once the ring is full): a daemon that died
+ * leaves the ring to the next daemon, which the client offers it to.
  *
  * Built with RINGPROF_NO_SESSIONS (the Python extension, python/setup.py)
  * it is the annotations alone: no session calls, so no jansson and no
@@ -17,51 +17,35 @@
 #include "ringprof/ringprof.h"
 
 #include <errno.h>
-#include <grp.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #ifndef RINGPROF_NO_SESSIONS
 #include <jansson.h>
 
 #include "client.h"
-#endif
-#include "clock.h"
-#include "hello.h"
 #include "parse.h"
-#include "paths.h"
+#endif
+#include "hello.h"
+#include "producer.h"
 #include "shmring.h"
 
 #define CHECK_EVERY 4096u
 #define FULL_CHECK_EVERY 64u
-#define STALE_NS (2 * 1000000000ull)
-#define RETRY_NS 1000000000ull
-/* A daemon that times out the hello is hung: back off up to this, so a
- * thread does not sit in the hello's 1 s timeout every other second. */
-#define RETRY_MAX_NS (64 * RETRY_NS)
 
 struct thread_state {
 	struct rp_shmring *ring;     /* NULL: disconnected */
-	uint64_t retry_at_ns;        /* CLOCK_MONOTONIC_COARSE */
-	uint64_t hung_wait_ns;       /* after the next hello timeout; 0: RETRY_NS */
-	uint64_t dropped_before;     /* by the rings this thread had before */
+	struct rp_producer *client;  /* NULL: none yet */
+	uint64_t retry_at_ns;        /* CLOCK_MONOTONIC_COARSE, while disconnected */
 	uint32_t until_check;        /* events until the heartbeat check */
 	char name[RP_HELLO_THREAD_LEN]; /* ringprof_thread_name; "": comm */
 };
 
 static __thread struct thread_state self;
-
-/* Closes an exiting thread's ring, so short-lived threads do not leak
- * their rings. */
-static pthread_key_t exit_key;
 
 static uint64_t coarse_now_ns(void)
 {
@@ -70,24 +54,23 @@ static uint64_t coarse_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void disconnect(struct thread_state *t)
-{
-	t->dropped_before += rp_shmring_dropped(t->ring);
-	rp_shmring_close(t->ring);
-	t->ring = NULL;
-	pthread_setspecific(exit_key, NULL);
-}
+/* Closes an exiting thread's ring, so short-lived threads do not leak
+ * their rings. */
+static pthread_key_t exit_key;
 
-static void on_thread_exit(void *ring)
+static void on_thread_exit(void *client)
 {
-	if (ring == self.ring)
-		disconnect(&self);
+	if (client == self.client) {
+		rp_producer_free(self.client);
+		self.client = NULL;
+		self.ring = NULL;
+	}
 }
 
 /* The child of fork() must not write into its parent's single-producer
- * ring: it gets a ring of its own on its next annotation.  The old
- * mapping is leaked, not unmapped: fork() may come from a signal handler
- * that interrupted an annotation of this very thread. */
+ * ring: it gets a ring of its own on its next annotation.  The old client
+ * and mapping are leaked, not freed: fork() may come from a signal
+ * handler that interrupted an annotation of this very thread. */
 static void after_fork_child(void)
 {
 	char name[sizeof(self.name)];
@@ -103,96 +86,36 @@ __attribute__((constructor)) static void init(void)
 	pthread_atfork(NULL, NULL, after_fork_child);
 }
 
-/* The fix for a refusal the daemon's message cannot know: this process
- * may not open the socket at all. */
-static void socket_fix(int rc, const char *socket, char *buf, size_t len)
+/* exit() runs no thread-exit destructors: the exiting thread's client
+ * (the main thread's, mostly) is freed here, so that a ring its daemon
+ * left is handed to a daemon that is back (rp_producer_free). */
+__attribute__((destructor)) static void fini(void)
 {
-	buf[0] = 0;
-	if (rc != -EACCES)
-		return;
-	struct stat st;
-	struct group gr, *res = NULL;
-	char grbuf[1024];
-	if (stat(socket, &st) == 0 &&
-	    getgrgid_r(st.st_gid, &gr, grbuf, sizeof(grbuf), &res) == 0 && res)
-		snprintf(buf, len, "; %s belongs to group '%s': add the user to it (sudo "
-			 "usermod -aG %s $USER, then log in again) or run as root",
-			 socket, res->gr_name, res->gr_name);
-	else
-		snprintf(buf, len, "; the user needs to be in the socket's group (sudo "
-			 "usermod -aG ringprof $USER, then log in again) or run as root");
+	on_thread_exit(self.client);
 }
 
-/* A daemon that is there but refuses this process (the socket's
- * permissions, its limits) silently loses all of the process's
- * annotations: say so on stderr, once per process, with the fix.  No
- * daemon at all (ENOENT, ECONNREFUSED) stays silent, as annotating
- * without a daemon is harmless by design, and so does a daemon that does
- * not answer in time (EAGAIN: retried).  RINGPROF_QUIET=1 silences it. */
-static void warn_refused(int rc, const char *socket, const struct rp_err *err)
+/* The ring the client hands out, set up for the heartbeat countdown. */
+static struct rp_shmring *use_ring(struct thread_state *t, struct rp_shmring *ring)
 {
-	static atomic_bool warned;
-	if (rc == -ENOENT || rc == -ECONNREFUSED || rc == -EAGAIN)
-		return;
-	const char *quiet = getenv("RINGPROF_QUIET");
-	if ((quiet && quiet[0] && strcmp(quiet, "0") != 0) || atomic_exchange(&warned, true))
-		return;
-	char fix[512];
-	socket_fix(rc, socket, fix, sizeof(fix));
-	/* One call on the unbuffered stderr: one write, so lines of threads
-	 * and processes do not interleave. */
-	(void)fprintf(stderr, "ringprof: this process's annotations are not recorded: "
-		      "%s%s (RINGPROF_QUIET=1 silences this warning)\n",
-		      err->msg[0] ? err->msg : strerror(-rc), fix);
+	t->ring = ring;
+	t->until_check = CHECK_EVERY;
+	return ring;
 }
 
 __attribute__((noinline, cold)) static struct rp_shmring *
 connect_ring(struct thread_state *t)
 {
-	char sock[PATH_MAX], producers[PATH_MAX] = "";
-	struct rp_hello h = {
-		.pid = (uint32_t)getpid(),
-		.tid = (uint32_t)gettid(),
-		.device = "host",
-	};
-	/* The device's stable id, for a workload that knows it; one that
-	 * does not fit is left out rather than cut into another id. */
-	const char *uid = getenv("RINGPROF_DEVICE_UID");
-	if (uid && strlen(uid) < sizeof(h.device_uid))
-		memcpy(h.device_uid, uid, strlen(uid));
-	if (t->name[0])
-		memcpy(h.thread_name, t->name, sizeof(h.thread_name));
-	else
-		prctl(PR_GET_NAME, h.thread_name);
-
-	struct rp_err err = { 0 };
-	struct rp_shmring *ring = NULL;
-	int fd = -1;
-	int rc = -ENAMETOOLONG;
-	if (rp_default_socket_path(sock, sizeof(sock)) &&
-	    rp_producer_socket_path(sock, producers, sizeof(producers)))
-		rc = rp_hello_request(producers, &h, &fd, &err);
-	if (rc == 0) {
-		rc = rp_shmring_map(fd, &ring, &err);
-		close(fd);
+	if (!t->client) {
+		/* The device's stable id, for a workload that knows it. */
+		struct rp_producer_opts opts = { .device = "host",
+						 .device_uid = getenv("RINGPROF_DEVICE_UID") };
+		if (rp_producer_new(&opts, &t->client, NULL) < 0)
+			return NULL;
+		rp_producer_set_thread_name(t->client, t->name);
+		pthread_setspecific(exit_key, t->client);
 	}
-	uint64_t wait = RETRY_NS;
-	if (rc == -EAGAIN) {
-		wait = t->hung_wait_ns ? t->hung_wait_ns : RETRY_NS;
-		t->hung_wait_ns = wait < RETRY_MAX_NS ? 2 * wait : RETRY_MAX_NS;
-	} else {
-		t->hung_wait_ns = 0;
-	}
-	if (rc < 0) {
-		warn_refused(rc, producers, &err);
-		/* From now, not from before the attempt, which may have spent
-		 * the hello's whole timeout. */
-		t->retry_at_ns = coarse_now_ns() + wait;
-		return NULL;
-	}
-	t->ring = ring;
-	t->until_check = CHECK_EVERY;
-	pthread_setspecific(exit_key, ring);
+	struct rp_shmring *ring = use_ring(t, rp_producer_connect(t->client));
+	t->retry_at_ns = rp_producer_next_try_ns(t->client);
 	return ring;
 }
 
@@ -203,18 +126,12 @@ static inline struct rp_shmring *connect_if_due(struct thread_state *t)
 	return connect_ring(t);
 }
 
-/* Whether the daemon still drains t's ring; if not, goes disconnected
- * and tries the next daemon at once. */
+/* Whether the daemon still drains t's ring; if not, the client offers it
+ * to the next daemon (when due) and the thread writes on into it. */
 __attribute__((noinline, cold)) static struct rp_shmring *
 check_beat(struct thread_state *t)
 {
-	t->until_check = CHECK_EVERY;
-	uint64_t beat = rp_shmring_consumer_beat_ns(t->ring);
-	if ((int64_t)(rp_clock_now_ns() - beat) <= (int64_t)STALE_NS)
-		return t->ring;
-	disconnect(t);
-	t->retry_at_ns = 0;
-	return connect_if_due(t);
+	return use_ring(t, rp_producer_check(t->client));
 }
 
 /* The ring an event goes to, or NULL to drop it silently. */
@@ -275,6 +192,8 @@ void ringprof_thread_name(const char *name)
 {
 	struct thread_state *t = &self;
 	snprintf(t->name, sizeof(t->name), "%s", name ? name : "");
+	if (t->client)
+		rp_producer_set_thread_name(t->client, t->name);
 	if (t->ring)
 		written(t, rp_shm_thread_name(t->ring, rp_shmring_now(t->ring), t->name));
 }
@@ -282,14 +201,17 @@ void ringprof_thread_name(const char *name)
 uint64_t ringprof_dropped(void)
 {
 	struct thread_state *t = &self;
-	return t->dropped_before + (t->ring ? rp_shmring_dropped(t->ring) : 0);
+	return t->client ? rp_producer_dropped(t->client) : 0;
 }
 
 int ringprof_connected(void)
 {
 	struct thread_state *t = &self;
-	struct rp_shmring *r = t->ring ? check_beat(t) : connect_if_due(t);
-	return r != NULL;
+	if (t->ring)
+		check_beat(t);
+	else
+		connect_if_due(t);
+	return t->client && rp_producer_connected(t->client);
 }
 
 #ifndef RINGPROF_NO_SESSIONS

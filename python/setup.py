@@ -16,9 +16,9 @@ import re
 from setuptools import Extension, setup
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCES = ["lib/ringprof.c", "ringbuf/shmring.c", "common/clock.c", "common/err.c",
-           "util/hello.c", "util/parse.c", "util/paths.c"]
-INCLUDES = ["lib/include", "common", "ringbuf", "util"]
+SOURCES = ["lib/ringprof.c", "producer/producer.c", "ringbuf/shmring.c", "common/clock.c",
+           "common/err.c", "util/hello.c", "util/parse.c", "util/paths.c"]
+INCLUDES = ["lib/include", "common", "producer", "ringbuf", "util"]
 
 missing = [s for s in SOURCES if not (ROOT / s).is_file()]
 if missing:

@@ -89,6 +89,7 @@ struct rp_drain {
 	struct rp_err *poll_err; /* where the drain callback reports */
 	struct producer *draining; /* the producer the drain callback serves */
 	uint64_t draining_now_ns;  /* the host clock when its drain began */
+	int64_t draining_offset_ns; /* its foreign clock's offset, read once */
 	rp_drain_detach_fn on_detach;
 	void *detach_ctx;
 
@@ -590,9 +591,15 @@ int rp_drain_add_sticky(struct rp_drain *d, const struct rp_event *ev, struct rp
 
 static uint64_t to_host_ns(const struct rp_drain *d, const struct rp_shmring *r, uint64_t t)
 {
-	if (rp_shmring_clock(r) == RP_SHM_CLOCK_TSC && d->have_calib)
-		return rp_tsc_to_ns(&d->calib, t);
-	return t;
+	switch (rp_shmring_clock(r)) {
+	case RP_SHM_CLOCK_TSC:
+		return d->have_calib ? rp_tsc_to_ns(&d->calib, t) : t;
+	case RP_SHM_CLOCK_FOREIGN:
+		/* Wraps on a nonsense offset: plausible_ts then rejects it. */
+		return t + (uint64_t)d->draining_offset_ns;
+	default:
+		return t;
+	}
 }
 
 static uint64_t add_saturated(uint64_t a, uint64_t b)
@@ -653,6 +660,7 @@ int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring)
 		d->cap = cap;
 	}
 	d->producers[d->nproducers++] = (struct producer){ .ring = ring };
+	rp_shmring_hold(ring);
 	return 0;
 }
 
@@ -689,13 +697,31 @@ static long drain_producer(struct rp_drain *d, struct producer *p, struct rp_err
 	d->poll_err = err;
 	d->draining = p;
 	d->draining_now_ns = rp_clock_now_ns();
+	d->draining_offset_ns = rp_shmring_clock_offset(p->ring);
 	long n = rp_shmring_drain(p->ring, take_record, d, 0, &corrupt);
 	d->st.corrupt_records += corrupt;
 	p->corrupt += corrupt;
 	if (n < 0)
 		return n;
+	/* A ring half full of what the open chunk holds: freed now, or the
+	 * producer would drop; a daemon killed before the seal loses it. */
+	if (rp_shmring_held(p->ring) > rp_shmring_capacity(p->ring) / 2)
+		(void)rp_shmring_release(p->ring);
 	int rc = record_drops(d, p, err);
 	return rc < 0 ? rc : n;
+}
+
+/* Producer records stay in their rings until the chunk holding them is
+ * handed to the ring file, so that a daemon killed before that leaves
+ * them to the next daemon, which the producer offers its ring to.  Only
+ * once no event is carried over into the open chunk: then every record
+ * read so far is in a sealed chunk. */
+static void release_sealed(struct rp_drain *d)
+{
+	if (rp_chunk_builder_count(d->builder) > 0)
+		return;
+	for (size_t i = 0; i < d->nproducers; i++)
+		(void)rp_shmring_release(d->producers[i].ring);
 }
 
 long rp_drain_poll(struct rp_drain *d, struct rp_err *err)
@@ -716,6 +742,7 @@ long rp_drain_poll(struct rp_drain *d, struct rp_err *err)
 		int rc = seal_one(d, err);
 		if (rc < 0)
 			return rc;
+		release_sealed(d);
 	}
 	int rc = rp_ringfile_poll(d->rf, err);
 	return rc < 0 ? rc : total;
@@ -731,6 +758,7 @@ int rp_drain_flush(struct rp_drain *d, struct rp_err *err)
 		if (rc < 0)
 			return rc;
 	}
+	release_sealed(d);
 	return rp_ringfile_sync(d->rf, false, err);
 }
 

@@ -59,14 +59,18 @@ struct shm_hdr {
 	struct shm_ident id;
 	alignas(128) _Atomic uint64_t head;
 	alignas(128) _Atomic uint64_t dropped;
+	_Atomic int64_t clock_offset;
 	alignas(128) _Atomic uint64_t tail;
 	_Atomic uint64_t beat;
+	_Atomic uint64_t consumer;
 };
 _Static_assert(sizeof(struct shm_hdr) <= HDR_SIZE &&
 	       offsetof(struct shm_hdr, head) == RP_SHM_OFF_HEAD &&
 	       offsetof(struct shm_hdr, dropped) == RP_SHM_OFF_DROPPED &&
+	       offsetof(struct shm_hdr, clock_offset) == RP_SHM_OFF_CLOCK_OFFSET &&
 	       offsetof(struct shm_hdr, tail) == RP_SHM_OFF_TAIL &&
-	       offsetof(struct shm_hdr, beat) == RP_SHM_OFF_BEAT,
+	       offsetof(struct shm_hdr, beat) == RP_SHM_OFF_BEAT &&
+	       offsetof(struct shm_hdr, consumer) == RP_SHM_OFF_CONSUMER,
 	       "header layout as documented in shmring.h");
 _Static_assert(sizeof(struct rp_rec) == 16, "record header is 16 bytes");
 _Static_assert(sizeof(struct rp_rec_gpu) == 40 && sizeof(struct rp_rec_api) == 16 &&
@@ -85,6 +89,10 @@ struct rp_shmring {
 	 * consumer thread of the same process does not false-share it. */
 	alignas(64) uint64_t head;
 	uint64_t cached_tail;
+	/* The consumer's, holding: where the next drain reads (freed up to
+	 * released). */
+	bool holding;
+	uint64_t read, released;
 };
 
 /* Fixed payload size of each kind, and whether a name follows it.  CPU
@@ -149,6 +157,12 @@ static int setup(int fd, size_t len, const struct shm_ident *id, bool populate,
 	return 0;
 }
 
+bool rp_shm_clock_valid(uint32_t clock)
+{
+	return clock == RP_SHM_CLOCK_MONOTONIC || clock == RP_SHM_CLOCK_TSC ||
+	       clock == RP_SHM_CLOCK_FOREIGN;
+}
+
 static bool pow2_in_range(uint64_t n)
 {
 	return n >= DATA_MIN && n <= DATA_MAX && (n & (n - 1)) == 0;
@@ -162,9 +176,9 @@ int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
 		return rp_err_set(err, -EINVAL, "producer ring size %zu is not a power of "
 				  "two between 4 KiB and 1 GiB; pick one such as 1 MiB",
 				  data_size);
-	if (clock != RP_SHM_CLOCK_MONOTONIC && clock != RP_SHM_CLOCK_TSC)
+	if (!rp_shm_clock_valid(clock))
 		return rp_err_set(err, -EINVAL, "unknown producer ring clock %d; use "
-				  "RP_SHM_CLOCK_MONOTONIC or RP_SHM_CLOCK_TSC", (int)clock);
+				  "RP_SHM_CLOCK_MONOTONIC, _TSC or _FOREIGN", (int)clock);
 	int fd = memfd_create("ringprof-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return rp_err_set(err, -errno, "memfd_create failed: %s; ringprof needs "
@@ -242,7 +256,7 @@ int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err)
 		bad = "its version is not 1 (a newer or older ringprof made it)";
 	else if (!pow2_in_range(id.data_size) || id.data_size != len - HDR_SIZE)
 		bad = "its data size does not match the file size";
-	else if (id.clock != RP_SHM_CLOCK_MONOTONIC && id.clock != RP_SHM_CLOCK_TSC)
+	else if (!rp_shm_clock_valid(id.clock))
 		bad = "its clock is unknown";
 	if (bad) {
 		rp_shmring_close(r);
@@ -255,6 +269,32 @@ int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err)
 	r->clock = (enum rp_shm_clock)id.clock;
 	*out = r;
 	return 0;
+}
+
+int rp_shmring_adopt(int fd, uint32_t pid, uint32_t tid, uint64_t consumer,
+		     struct rp_shmring **out, struct rp_err *err)
+{
+	int rc = rp_shmring_map(fd, out, err);
+	if (rc < 0)
+		return rc;
+	struct rp_shmring *r = *out;
+	if (atomic_load_explicit(&r->hdr->consumer, memory_order_relaxed) == consumer) {
+		rp_shmring_close(r);
+		return rp_err_set(err, -EALREADY, "this ringprofd drains the offered ring "
+				  "already");
+	}
+	r->pid = pid;
+	r->tid = tid;
+	/* For tools that read the header; the consumer uses its own copy. */
+	r->hdr->id.pid = pid;
+	r->hdr->id.tid = tid;
+	return 0;
+}
+
+void rp_shmring_set_consumer(struct rp_shmring *r, uint64_t consumer)
+{
+	atomic_store_explicit(&r->hdr->consumer, consumer, memory_order_relaxed);
+	atomic_store_explicit(&r->hdr->beat, rp_clock_now_ns(), memory_order_relaxed);
 }
 
 int rp_shmring_fd(const struct rp_shmring *r)
@@ -299,10 +339,13 @@ size_t rp_shmring_capacity(const struct rp_shmring *r)
 	return r->size;
 }
 
-/* The fallback clock, out of put()'s way: a call there would make every
- * append save registers. */
-__attribute__((noinline, cold)) static uint64_t stamp_monotonic(void)
+/* The other clocks, out of put()'s way: a call there would make every
+ * append save registers.  A foreign clock's now is the host's less its
+ * offset, which the drain adds back. */
+__attribute__((noinline, cold)) static uint64_t stamp_other(const struct rp_shmring *r)
 {
+	if (r->clock == RP_SHM_CLOCK_FOREIGN)
+		return rp_clock_now_ns() - (uint64_t)rp_shmring_clock_offset(r);
 	return rp_clock_now_ns();
 }
 
@@ -310,12 +353,22 @@ __attribute__((noinline, cold)) static uint64_t stamp_monotonic(void)
  * not (it could be interposed). */
 static inline uint64_t stamp(const struct rp_shmring *r)
 {
-	return __builtin_expect(r->clock == RP_SHM_CLOCK_TSC, 1) ? rp_rdtsc() : stamp_monotonic();
+	return __builtin_expect(r->clock == RP_SHM_CLOCK_TSC, 1) ? rp_rdtsc() : stamp_other(r);
 }
 
 uint64_t rp_shmring_now(const struct rp_shmring *r)
 {
 	return stamp(r);
+}
+
+void rp_shmring_set_clock_offset(struct rp_shmring *r, int64_t offset_ns)
+{
+	atomic_store_explicit(&r->hdr->clock_offset, offset_ns, memory_order_relaxed);
+}
+
+int64_t rp_shmring_clock_offset(const struct rp_shmring *r)
+{
+	return atomic_load_explicit(&r->hdr->clock_offset, memory_order_relaxed);
 }
 
 uint64_t rp_shmring_dropped(const struct rp_shmring *r)
@@ -550,7 +603,8 @@ long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 {
 	struct shm_hdr *h = r->hdr;
 	uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint64_t tail = r->holding ? r->read
+				   : atomic_load_explicit(&h->tail, memory_order_relaxed);
 	uint64_t published = tail;
 	uint64_t buf[REC_MAX / sizeof(uint64_t)];
 	struct rp_rec *rec = (struct rp_rec *)buf;
@@ -597,20 +651,45 @@ long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 		n++;
 		/* Free space as we go on long drains, so the producer does not
 		 * see a full ring that is mostly read already. */
-		if (tail - published >= r->size / 4) {
+		if (!r->holding && tail - published >= r->size / 4) {
 			atomic_store_explicit(&h->tail, tail, memory_order_release);
 			published = tail;
 		}
 	}
-	if (tail != published)
+	if (r->holding)
+		r->read = tail;
+	else if (tail != published)
 		atomic_store_explicit(&h->tail, tail, memory_order_release);
 	return rc < 0 ? rc : n;
 
 corrupt:
 	if (corrupt)
 		(*corrupt)++;
-	atomic_store_explicit(&h->tail, head, memory_order_release);
+	if (r->holding)
+		r->read = head;
+	else
+		atomic_store_explicit(&h->tail, head, memory_order_release);
 	return n;
+}
+
+void rp_shmring_hold(struct rp_shmring *r)
+{
+	r->holding = true;
+	r->read = r->released = atomic_load_explicit(&r->hdr->tail, memory_order_relaxed);
+}
+
+uint64_t rp_shmring_release(struct rp_shmring *r)
+{
+	uint64_t held = r->read - r->released;
+	if (held)
+		atomic_store_explicit(&r->hdr->tail, r->read, memory_order_release);
+	r->released = r->read;
+	return held;
+}
+
+uint64_t rp_shmring_held(const struct rp_shmring *r)
+{
+	return r->read - r->released;
 }
 
 int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,

@@ -26,6 +26,10 @@
 enum rp_shm_clock {
 	RP_SHM_CLOCK_MONOTONIC = 1, /* CLOCK_MONOTONIC ns */
 	RP_SHM_CLOCK_TSC = 2,       /* raw rdtsc ticks, converted by the consumer */
+	/* A clock of the producer's (a GPU runtime's, an epoch): host
+	 * CLOCK_MONOTONIC ns = ts + the clock_offset the producer declares
+	 * in the header (rp_shmring_set_clock_offset). */
+	RP_SHM_CLOCK_FOREIGN = 3,
 };
 
 struct rp_rec {
@@ -60,12 +64,17 @@ struct rp_rec_sample {
  * The header holds the u64 counters head (bytes published by the
  * producer), dropped, and tail (bytes freed by the consumer), at these
  * offsets, each on cache lines of its own; beat (the consumer's
- * heartbeat) shares tail's line, the consumer writes both. */
+ * heartbeat) and consumer (which consumer drains it) share tail's line,
+ * the consumer writes them; clock_offset
+ * (i64, a foreign clock's offset to host ns) shares dropped's, the
+ * producer writes both. */
 #define RP_SHM_HDR_SIZE 4096
 #define RP_SHM_OFF_HEAD 128
 #define RP_SHM_OFF_DROPPED 256
+#define RP_SHM_OFF_CLOCK_OFFSET 264
 #define RP_SHM_OFF_TAIL 384
 #define RP_SHM_OFF_BEAT 392
+#define RP_SHM_OFF_CONSUMER 400
 
 struct rp_shmring;
 
@@ -74,11 +83,26 @@ struct rp_shmring;
 RP_MUST_CHECK int rp_shmring_create(size_t data_size, uint32_t pid, uint32_t tid,
 		      enum rp_shm_clock clock, struct rp_shmring **out,
 		      struct rp_err *err);
+/* Whether clock is one a ring may have. */
+bool rp_shm_clock_valid(uint32_t clock);
 /* Either side: map an existing ring from its fd (the fd is dup'ed, the
  * caller keeps its own).  Validates the header: a bad fd or a header that
  * is not a ring gives -EINVAL with a message. */
 RP_MUST_CHECK int rp_shmring_map(int fd, struct rp_shmring **out, struct rp_err *err);
-RP_MUST_CHECK int rp_shmring_fd(const struct rp_shmring *r);
+/* Consumer: take over a ring another consumer created (a producer offers
+ * its ring to a restarted daemon): map it as rp_shmring_map does, then
+ * give it the owner pid/tid this consumer proved, whatever its header
+ * says.  Its head and tail stay, so draining resumes where the last
+ * consumer stopped; positions a producer forged are caught by the drain
+ * like any other corruption. */
+RP_MUST_CHECK int rp_shmring_adopt(int fd, uint32_t pid, uint32_t tid, uint64_t consumer,
+		     struct rp_shmring **out, struct rp_err *err);
+/* Consumer: mark the ring as drained by consumer (an id unique to one run
+ * of it), and stamp the heartbeat.  rp_shmring_adopt refuses a ring so
+ * marked by the same consumer with -EALREADY: it drains that one already
+ * (a producer that took a slow drain for a dead daemon). */
+void rp_shmring_set_consumer(struct rp_shmring *r, uint64_t consumer);
+int rp_shmring_fd(const struct rp_shmring *r);
 /* The ring's fd, which the caller now owns; the ring keeps working on its
  * mapping (rp_shmring_fd gives -1 from then on).  A consumer holding
  * thousands of rings need not hold their fds. */
@@ -90,8 +114,16 @@ uint32_t rp_shmring_tid(const struct rp_shmring *r);
 enum rp_shm_clock rp_shmring_clock(const struct rp_shmring *r);
 size_t rp_shmring_capacity(const struct rp_shmring *r);
 
-/* Producer: the current timestamp in the ring's clock. */
+/* Producer: the current timestamp in the ring's clock (a foreign clock:
+ * the host clock less the declared offset). */
 uint64_t rp_shmring_now(const struct rp_shmring *r);
+
+/* A foreign clock's offset: host CLOCK_MONOTONIC ns = ts + offset.  The
+ * producer declares it (at creation, then whenever its clock drifts);
+ * the consumer reads it once per drain and applies it.  0 for the other
+ * clocks. */
+void rp_shmring_set_clock_offset(struct rp_shmring *r, int64_t offset_ns);
+int64_t rp_shmring_clock_offset(const struct rp_shmring *r);
 
 /* Producer: append one record.  Return true when written, false when the
  * ring was full (the record is dropped and counted).  Names longer than
@@ -140,6 +172,18 @@ typedef int (*rp_shmring_fn)(void *ctx, const struct rp_shmring *r,
 			     const struct rp_rec *rec);
 long rp_shmring_drain(struct rp_shmring *r, rp_shmring_fn fn, void *ctx,
 		      size_t max, uint64_t *corrupt);
+
+/* Consumer: from now on drains only read, and the space they read is
+ * freed at rp_shmring_release: a consumer that keeps what it read in
+ * memory until it is written elsewhere releases it then, so that a
+ * consumer killed before that leaves it in the ring for the next one
+ * (which resumes at tail). */
+void rp_shmring_hold(struct rp_shmring *r);
+/* Consumer, holding: free everything read so far; returns the bytes read
+ * and not yet freed before the call. */
+uint64_t rp_shmring_release(struct rp_shmring *r);
+/* Consumer, holding: bytes read and not yet freed. */
+uint64_t rp_shmring_held(const struct rp_shmring *r);
 
 /* Consumer: decode one record into an event (name points into the
  * record; frames into the record).  Timestamps stay in the ring's clock.

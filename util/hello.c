@@ -1,7 +1,10 @@
 /* The producer handshake (hello.h).
  *
- * hello (208): magic[8] "RPHELLO1" | version u32 | pid u32 | tid u32 |
- *              ring_size u32 | device[64] | thread_name[56] | device_uid[64]
+ * hello (224): magic[8] "RPHELLO1" | version u32 | pid u32 | tid u32 |
+ *              ring_size u32 | device[64] | thread_name[56] |
+ *              clock u32 | flags u32 | clock_offset i64 | device_uid[64]
+ *   (version 1: the first 144 bytes alone)
+ *   flags bit 0: the producer offers a ring, its memfd attached
  * reply (264): magic[8] "RPREPLY1" | status i32 | reserved u32 | message[248]
  *
  * Fields are encoded byte by byte (little-endian), never by casting a
@@ -27,10 +30,14 @@ static const char reply_magic[8] = "RPREPLY1";
 enum {
 	H_VERSION = 8, H_PID = 12, H_TID = 16, H_RING_SIZE = 20, H_DEVICE = 24,
 	H_THREAD = H_DEVICE + RP_HELLO_DEVICE_LEN,
-	H_DEVICE_UID = H_THREAD + RP_HELLO_THREAD_LEN,
+	/* Version 2: one block, after everything of version 1. */
+	H_CLOCK = H_THREAD + RP_HELLO_THREAD_LEN, H_FLAGS = H_CLOCK + 4,
+	H_CLOCK_OFFSET = H_FLAGS + 4, H_DEVICE_UID = H_CLOCK_OFFSET + 8,
 	R_STATUS = 8, R_MESSAGE = 16,
 };
-_Static_assert(H_DEVICE_UID + RP_HELLO_DEVICE_UID_LEN == RP_HELLO_SIZE, "hello layout");
+#define FLAG_OFFER_RING 1u
+_Static_assert(H_CLOCK == RP_HELLO_V1_SIZE && H_DEVICE_UID + RP_HELLO_DEVICE_UID_LEN == RP_HELLO_SIZE,
+	       "hello layout");
 _Static_assert(R_MESSAGE + RP_REPLY_MESSAGE_LEN == RP_REPLY_SIZE, "reply layout");
 
 /* Bound on every blocking step of the producer side. */
@@ -49,6 +56,19 @@ static uint32_t get32(const uint8_t *p)
 	uint32_t v;
 	memcpy(&v, p, sizeof(v));
 	return le32toh(v);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	v = htole64(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, sizeof(v));
+	return le64toh(v);
 }
 
 union cmsg_buf {
@@ -122,17 +142,37 @@ static int connect_error(const char *path, int e, struct rp_err *err)
 	}
 }
 
-/* Send the encoded hello on fd and wait for the reply; fd stays open. */
-static int exchange(int fd, const char *path, const uint8_t *msg, int *ring_fd,
-		    struct rp_err *err)
+/* Send one message on fd with pass_fd (>= 0) as SCM_RIGHTS. */
+static ssize_t send_msg(int fd, const void *buf, size_t len, int pass_fd)
 {
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	union cmsg_buf cb;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (pass_fd >= 0) {
+		memset(&cb, 0, sizeof(cb));
+		m.msg_control = cb.buf;
+		m.msg_controllen = CMSG_SPACE(sizeof(int));
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
 	ssize_t n;
 	do
-		n = send(fd, msg, RP_HELLO_SIZE, MSG_NOSIGNAL);
+		n = sendmsg(fd, &m, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
+	return n < 0 ? -errno : n;
+}
+
+/* Send the encoded hello on fd and wait for the reply; fd stays open. */
+static int exchange(int fd, const char *path, const uint8_t *msg, int offered_fd,
+		    int *ring_fd, struct rp_err *err)
+{
+	ssize_t n = send_msg(fd, msg, RP_HELLO_SIZE, offered_fd);
 	if (n < 0)
-		return rp_err_set(err, -errno, "cannot send the hello to ringprofd on %s: %s",
-				  path, strerror(errno));
+		return rp_err_set(err, (int)n, "cannot send the hello to ringprofd on %s: %s",
+				  path, strerror((int)-n));
 
 	uint8_t buf[RP_REPLY_SIZE] = { 0 };
 	int fds[MAX_FDS], nfds = 0;
@@ -190,6 +230,9 @@ int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
 	put32(msg + H_PID, hello->pid);
 	put32(msg + H_TID, hello->tid);
 	put32(msg + H_RING_SIZE, hello->ring_size);
+	put32(msg + H_CLOCK, hello->clock);
+	put32(msg + H_FLAGS, hello->offer_ring ? FLAG_OFFER_RING : 0);
+	put64(msg + H_CLOCK_OFFSET, (uint64_t)hello->clock_offset_ns);
 	if (!put_str(msg + H_DEVICE, RP_HELLO_DEVICE_LEN, hello->device) ||
 	    !put_str(msg + H_THREAD, RP_HELLO_THREAD_LEN, hello->thread_name) ||
 	    !put_str(msg + H_DEVICE_UID, RP_HELLO_DEVICE_UID_LEN, hello->device_uid))
@@ -213,7 +256,8 @@ int rp_hello_request(const char *producer_socket, const struct rp_hello *hello,
 	else if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		rc = connect_error(producer_socket, errno, err);
 	else
-		rc = exchange(fd, producer_socket, msg, ring_fd, err);
+		rc = exchange(fd, producer_socket, msg, hello->offer_ring ? hello->ring_fd : -1,
+			      ring_fd, err);
 	close(fd);
 	return rc;
 }
@@ -239,15 +283,11 @@ static bool pid_in_own_ns(pid_t pid, uint32_t claimed)
 	return ok;
 }
 
-int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
-		     struct rp_err *err)
+/* Check the message n bytes long in buf and decode it into h; the fds
+ * are the receiver's business. */
+static int parse_hello(const uint8_t *buf, ssize_t n, bool trunc, int nfds,
+		       struct rp_hello *h, struct rp_err *err)
 {
-	uint8_t buf[RP_HELLO_SIZE];
-	int fds[MAX_FDS], nfds = 0;
-	bool trunc = false;
-	ssize_t n = recv_msg(conn_fd, buf, sizeof(buf), fds, &nfds, &trunc);
-	/* A producer has no business passing fds: drop them, never leak. */
-	close_fds(fds, nfds);
 	if (n == -EAGAIN)
 		return rp_err_set(err, -EAGAIN, "no hello from the producer yet");
 	if (n < 0)
@@ -255,52 +295,82 @@ int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
 				  strerror((int)-n));
 	if (n == 0)
 		return rp_err_set(err, -ECONNRESET, "the producer hung up before its hello");
-	if (n != RP_HELLO_SIZE || trunc)
-		return rp_err_set(err, -EPROTO, "the hello is %s%zd bytes, expected %d: the "
-				  "producer speaks another protocol version",
-				  trunc ? "more than " : "", n, RP_HELLO_SIZE);
-	if (memcmp(buf, hello_magic, sizeof(hello_magic)) != 0)
+	if (n < 12 || memcmp(buf, hello_magic, sizeof(hello_magic)) != 0)
 		return rp_err_set(err, -EPROTO, "the hello does not start with \"RPHELLO1\": "
 				  "the peer is not a ringprof producer");
 	uint32_t version = get32(buf + H_VERSION);
-	if (version != RP_HELLO_VERSION)
+	if (version != 1 && version != RP_HELLO_VERSION)
 		return rp_err_set(err, -EPROTO, "hello version %u is not supported (this "
-				  "ringprofd speaks version %d): use matching ringprof "
+				  "ringprofd speaks versions 1 and %d): use matching ringprof "
 				  "versions", version, RP_HELLO_VERSION);
+	ssize_t want = version == 1 ? RP_HELLO_V1_SIZE : RP_HELLO_SIZE;
+	if (n != want || trunc)
+		return rp_err_set(err, -EPROTO, "the version-%u hello is %s%zd bytes, "
+				  "expected %zd", version, trunc ? "more than " : "", n, want);
 	if (!memchr(buf + H_DEVICE, 0, RP_HELLO_DEVICE_LEN) ||
 	    !memchr(buf + H_THREAD, 0, RP_HELLO_THREAD_LEN) ||
-	    !memchr(buf + H_DEVICE_UID, 0, RP_HELLO_DEVICE_UID_LEN))
+	    (version >= 2 && !memchr(buf + H_DEVICE_UID, 0, RP_HELLO_DEVICE_UID_LEN)))
 		return rp_err_set(err, -EPROTO, "the hello's device name, thread name or device "
 				  "uid is not NUL-terminated within its field");
-
-	struct rp_hello h = {
+	*h = (struct rp_hello){
 		.pid = get32(buf + H_PID),
 		.tid = get32(buf + H_TID),
 		.ring_size = get32(buf + H_RING_SIZE),
+		.ring_fd = -1,
 	};
-	memcpy(h.device, buf + H_DEVICE, RP_HELLO_DEVICE_LEN);
-	memcpy(h.thread_name, buf + H_THREAD, RP_HELLO_THREAD_LEN);
-	memcpy(h.device_uid, buf + H_DEVICE_UID, RP_HELLO_DEVICE_UID_LEN);
-	int rc = rp_check_name(h.device, RP_HELLO_DEVICE_LEN - 1, "device name", err);
-	if (rc < 0)
-		return rc;
+	memcpy(h->device, buf + H_DEVICE, RP_HELLO_DEVICE_LEN);
+	memcpy(h->thread_name, buf + H_THREAD, RP_HELLO_THREAD_LEN);
+	uint32_t flags = 0;
+	if (version >= 2) {
+		h->clock = get32(buf + H_CLOCK);
+		flags = get32(buf + H_FLAGS);
+		h->clock_offset_ns = (int64_t)get64(buf + H_CLOCK_OFFSET);
+		memcpy(h->device_uid, buf + H_DEVICE_UID, RP_HELLO_DEVICE_UID_LEN);
+	}
 	/* It names the device in logs, manifests and exports. */
-	for (const char *c = h.device_uid; *c; c++)
+	for (const char *c = h->device_uid; *c; c++)
 		if (*c < 0x21 || *c > 0x7e)
 			return rp_err_set(err, -EINVAL, "the hello's device uid has byte 0x%02x at %zu: "
 					  "a device uid is printable ASCII without spaces "
 					  "(\"GPU-8f6e...\")", (unsigned char)*c,
-					  (size_t)(c - h.device_uid));
+					  (size_t)(c - h->device_uid));
+	if (h->clock > RP_HELLO_CLOCK_MAX)
+		return rp_err_set(err, -EPROTO, "the hello's clock %u is unknown (0 to %d)",
+				  h->clock, RP_HELLO_CLOCK_MAX);
+	if (flags & ~FLAG_OFFER_RING)
+		return rp_err_set(err, -EPROTO, "the hello sets unknown flags %#x", flags);
+	h->offer_ring = flags & FLAG_OFFER_RING;
+	if (nfds != (h->offer_ring ? 1 : 0))
+		return rp_err_set(err, -EPROTO, "the hello %s a ring but passes %d fds",
+				  h->offer_ring ? "offers" : "does not offer", nfds);
+	return rp_check_name(h->device, RP_HELLO_DEVICE_LEN - 1, "device name", err);
+}
 
-	struct ucred cred;
+int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct ucred *peer,
+		     struct rp_err *err)
+{
+	uint8_t buf[RP_HELLO_SIZE];
+	int fds[MAX_FDS], nfds = 0;
+	bool trunc = false;
+	ssize_t n = recv_msg(conn_fd, buf, sizeof(buf), fds, &nfds, &trunc);
+	struct rp_hello h;
+	int rc = parse_hello(buf, n, trunc, n < 0 ? 0 : nfds, &h, err);
+	struct ucred cred = { 0 };
 	socklen_t len = sizeof(cred);
-	if (getsockopt(conn_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
-		return rp_err_set(err, -errno, "cannot get the producer's credentials: %s",
-				  strerror(errno));
+	if (rc == 0 && getsockopt(conn_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		rc = rp_err_set(err, -errno, "cannot get the producer's credentials: %s",
+				strerror(errno));
 	/* A producer in a container knows its pid in its own namespace only. */
-	if (h.pid != (uint32_t)cred.pid && !pid_in_own_ns(cred.pid, h.pid))
-		return rp_err_set(err, -EPERM, "the hello claims pid %u but comes from "
-				  "pid %d", h.pid, (int)cred.pid);
+	else if (rc == 0 && h.pid != (uint32_t)cred.pid && !pid_in_own_ns(cred.pid, h.pid))
+		rc = rp_err_set(err, -EPERM, "the hello claims pid %u but comes from "
+				"pid %d", h.pid, (int)cred.pid);
+	/* Keep the one fd of a valid offer; drop any other, never leak. */
+	if (rc == 0 && h.offer_ring)
+		h.ring_fd = fds[0];
+	else if (n >= 0)
+		close_fds(fds, nfds);
+	if (rc < 0)
+		return rc;
 	*hello = h;
 	if (peer)
 		*peer = cred;
@@ -316,23 +386,6 @@ int rp_hello_reply(int conn_fd, int status, const char *message, int ring_fd)
 	put32(buf + R_STATUS, (uint32_t)status);
 	if (message)
 		memcpy(buf + R_MESSAGE, message, strnlen(message, RP_REPLY_MESSAGE_LEN - 1));
-
-	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
-	union cmsg_buf cb;
-	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (status == 0) {
-		memset(&cb, 0, sizeof(cb));
-		m.msg_control = cb.buf;
-		m.msg_controllen = CMSG_SPACE(sizeof(int));
-		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &ring_fd, sizeof(int));
-	}
-	ssize_t n;
-	do
-		n = sendmsg(conn_fd, &m, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n < 0 ? -errno : 0;
+	ssize_t n = send_msg(conn_fd, buf, sizeof(buf), status == 0 ? ring_fd : -1);
+	return n < 0 ? (int)n : 0;
 }

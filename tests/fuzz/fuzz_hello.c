@@ -1,11 +1,13 @@
 /* Fuzz the daemon's side of the producer handshake: the input is one
  * message as a producer would send it on the producer socket, over a
  * SOCK_SEQPACKET socket pair, with an fd attached when its length is odd
- * (a producer may pass fds; they must be closed, never kept).  A pid field
+ * or it sets the offer-a-ring flag (a producer may pass fds; they must be
+ * closed, never kept, but for the one ring a valid hello offers).  A pid field
  * of 0 stands for this process, so that hellos can also pass the pid
  * check.  Whatever the bytes: no crash, no fd leaked, a hello accepted
  * only when well-formed, and the reply always a well-formed reply. */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define PID_OFFSET 12
+#define FLAGS_OFFSET 148
 #define MESSAGE_MAX 4096
 
 static void send_input(int fd, const uint8_t *data, size_t size)
@@ -34,7 +37,8 @@ static void send_input(int fd, const uint8_t *data, size_t size)
 		char buf[CMSG_SPACE(sizeof(int))];
 	} cb;
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	int passed = size % 2 ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+	bool offer = size > FLAGS_OFFSET && (data[FLAGS_OFFSET] & 1);
+	int passed = size % 2 || offer ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
 	if (passed >= 0) {
 		memset(&cb, 0, sizeof(cb));
 		m.msg_control = cb.buf;
@@ -90,6 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct rp_err err = { 0 };
 	int rc = rp_hello_receive(sv[1], &hello, &peer, &err);
 	check_hello(rc, &hello, &peer);
+	if (rc == 0 && hello.offer_ring)
+		close(hello.ring_fd); /* the receiver's: kept only with a valid offer */
 	/* Nothing more is waiting: -EAGAIN, not a block. */
 	if (rp_hello_receive(sv[1], &hello, &peer, &err) != -EAGAIN)
 		abort();

@@ -69,6 +69,14 @@ class Daemon:
     def env(self):
         return dict(os.environ, RINGPROF_SOCKET=self.socket)
 
+    def producers_listening(self):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            try:
+                s.connect(self.socket + ".producers")
+                return True
+            except OSError:
+                return False
+
     def start(self, timeout=10):
         self.proc = subprocess.Popen(self.args, stderr=open(self.log, "a"), stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
@@ -77,8 +85,10 @@ class Daemon:
                 raise RuntimeError("ringprofd exited: " + open(self.log).read())
             try:
                 status, _ = self.request("GET", "/v1/status")
-                # The producer socket comes up just after the API.
-                if status == 200 and os.path.exists(self.socket + ".producers"):
+                # The producer socket comes up just after the API; after a
+                # kill the old daemon's socket file is still there, so
+                # connect to it rather than look for it.
+                if status == 200 and self.producers_listening():
                     return self
             except OSError:
                 pass
@@ -160,8 +170,9 @@ def producer_hello(daemon, device="host", ring_size=0, pid=None, tid=None, threa
     """Play a producer: the handshake of docs/api.md, by hand, so that a test
     can also ask for what libringprof never would.  Returns (status,
     message, the ring's fd or None)."""
-    hello = struct.pack("<8sIIII64s56s64s", b"RPHELLO1", 1, pid or os.getpid(),
-                        tid or threading.get_native_id(), ring_size, device.encode(), thread, uid)
+    hello = struct.pack("<8sIIII64s56sIIq64s", b"RPHELLO1", 2, pid or os.getpid(),
+                        tid or threading.get_native_id(), ring_size, device.encode(), thread,
+                        0, 0, 0, uid)
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
         s.settimeout(timeout)
         s.connect(daemon.socket + ".producers")

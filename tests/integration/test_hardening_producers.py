@@ -113,8 +113,8 @@ for _ in range(n):
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
         s.settimeout(10)
         s.connect(path)
-        s.send(struct.pack("<8sIIII64s56s64s", b"RPHELLO1", 1, os.getpid(),
-                           threading.get_native_id(), 0, b"host", b"x", b""))
+        s.send(struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, os.getpid(),
+                           threading.get_native_id(), 0, b"host", b"x"))
         reply, anc, _, _ = s.recvmsg(264, socket.CMSG_SPACE(4))
         for _, _, data in anc:
             os.close(int.from_bytes(data[:4], "little"))
@@ -245,7 +245,7 @@ def test_another_users_flood_does_not_evict_a_slow_producer():
             flood.stdin.write("go\n")
             flood.stdin.flush()
             assert flood.stdout.readline().strip() == "300"
-            mine.send(struct.pack("<8sIIII64s56s64s", b"RPHELLO1", 1, os.getpid(), 1, 0, b"host", b"slow", b""))
+            mine.send(struct.pack("<8sIIII64s56s", b"RPHELLO1", 1, os.getpid(), 1, 0, b"host", b"slow"))
             reply, anc, _, _ = mine.recvmsg(264, socket.CMSG_SPACE(4))
             status = struct.unpack_from("<i", reply, 8)[0]
             assert status == 0, reply[16:].split(b"\0")[0].decode()

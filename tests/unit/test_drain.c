@@ -179,6 +179,36 @@ static void test_drops_recorded(void **state)
 	assert_int_equal(st.producer_drops, dropped);
 }
 
+/* A foreign clock's records land at ts + the declared offset; they stay
+ * in the producer ring, for a daemon restarted after a crash, until the
+ * chunk holding them is sealed. */
+static void test_foreign_clock_and_records_freed_once_sealed(void **state)
+{
+	struct fixture *f = *state;
+	struct rp_shmring *ring;
+	assert_int_equal(rp_shmring_create(1 << 16, (uint32_t)getpid(), 90, RP_SHM_CLOCK_FOREIGN,
+					   &ring, NULL), 0);
+	const int64_t offset = 7000000000; /* the producer's clock runs 7 s behind */
+	rp_shmring_set_clock_offset(ring, offset);
+	assert_int_equal(rp_drain_attach(f->drain, ring), 0);
+	uint64_t before = rp_clock_now_ns(), last = 0;
+	for (int i = 0; i < 10; i++) {
+		uint64_t ts = rp_shmring_now(ring);
+		assert_true(ts + (uint64_t)offset >= before);
+		assert_true(rp_shm_counter(ring, ts, "seq", i));
+		last = ts + (uint64_t)offset;
+	}
+	assert_int_equal(rp_drain_poll(f->drain, NULL), 10);
+	/* Read into the open chunk (1 s seal interval): not freed yet. */
+	assert_true(rp_shmring_free_bytes(ring) < rp_shmring_capacity(ring));
+	assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
+	assert_int_equal(rp_shmring_free_bytes(ring), rp_shmring_capacity(ring));
+	struct seq_check c = { .tid = 90 };
+	read_window(f->rf, before, rp_clock_now_ns(), check_sequence, &c);
+	assert_true(c.next == 10);
+	assert_int_equal(c.last_ts, last);
+}
+
 /* Unsealed events become visible only when a chunk is sealed: by age
  * (seal interval) or on demand (flush). */
 static void test_seal_by_age_and_flush(void **state)
@@ -969,6 +999,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_producer_to_window, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_drops_recorded, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_foreign_clock_and_records_freed_once_sealed,
+						setup, teardown),
 		cmocka_unit_test(test_seal_by_age_and_flush),
 		cmocka_unit_test_setup_teardown(test_reap_drains_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reap_one_thread_keeps_its_process, setup, teardown),

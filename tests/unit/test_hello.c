@@ -38,13 +38,17 @@ static struct wire_hello wire_hello_uid(uint32_t pid, const char *device, const 
 {
 	struct wire_hello w = { { 0 } };
 	memcpy(w.b, "RPHELLO1", 8);
-	le32(w.b + 8, 1);
+	le32(w.b + 8, 2);
 	le32(w.b + 12, pid);
 	le32(w.b + 16, 77);
 	le32(w.b + 20, 8192);
 	memcpy(w.b + 24, device, strlen(device));
 	memcpy(w.b + 88, thread, strlen(thread));
-	memcpy(w.b + 144, uid, strlen(uid));
+	le32(w.b + 144, 3); /* a foreign clock */
+	/* Its offset, -0x12345678, as an i64. */
+	le32(w.b + 152, (uint32_t)-0x12345678);
+	le32(w.b + 156, 0xffffffffu);
+	memcpy(w.b + 160, uid, strlen(uid));
 	return w;
 }
 
@@ -90,8 +94,19 @@ static void receive_decodes_the_wire_format(void **state)
 	assert_string_equal(h.device, "gpu0");
 	assert_string_equal(h.thread_name, "trainer");
 	assert_string_equal(h.device_uid, "GPU-8f6e1c2a-0b7d-4c11-9e55-3a1f0c9d2b4e");
+	assert_int_equal(h.clock, 3);
+	assert_true(h.clock_offset_ns == -0x12345678);
+	assert_false(h.offer_ring);
 	assert_int_equal(peer.pid, getpid());
 	assert_int_equal(peer.uid, getuid());
+
+	/* Version 1, from an older libringprof: its 144 bytes alone. */
+	le32(w.b + 8, 1);
+	assert_int_equal(send(sv[0], w.b, RP_HELLO_V1_SIZE, 0), RP_HELLO_V1_SIZE);
+	assert_int_equal(rp_hello_receive(sv[1], &h, &peer, &err), 0);
+	assert_string_equal(h.device, "gpu0");
+	assert_int_equal(h.clock, 0);
+	assert_true(h.clock_offset_ns == 0);
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -112,18 +127,27 @@ static void receive_rejects_malformed_hellos(void **state)
 	uint32_t pid = (uint32_t)getpid();
 	struct wire_hello w = wire_hello(pid, "host", "t");
 
-	expect_rejected(w.b, 100, -EPROTO, "100 bytes, expected 208");
+	expect_rejected(w.b, 100, -EPROTO, "100 bytes, expected 224");
 	uint8_t big[RP_HELLO_SIZE + 8] = { 0 };
 	memcpy(big, w.b, sizeof(w.b));
-	expect_rejected(big, sizeof(big), -EPROTO, "more than 208 bytes");
+	expect_rejected(big, sizeof(big), -EPROTO, "more than 224 bytes");
 
 	w = wire_hello(pid, "host", "t");
 	memcpy(w.b, "GETHTTP/", 8);
 	expect_rejected(w.b, sizeof(w.b), -EPROTO, "not a ringprof producer");
 
 	w = wire_hello(pid, "host", "t");
-	le32(w.b + 8, 2);
-	expect_rejected(w.b, sizeof(w.b), -EPROTO, "version 2");
+	le32(w.b + 8, 3);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "version 3");
+	w = wire_hello(pid, "host", "t");
+	le32(w.b + 144, 4);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "clock 4");
+	w = wire_hello(pid, "host", "t");
+	le32(w.b + 148, 2);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "unknown flags");
+	w = wire_hello(pid, "host", "t");
+	le32(w.b + 148, 1);
+	expect_rejected(w.b, sizeof(w.b), -EPROTO, "offers a ring but passes 0 fds");
 
 	w = wire_hello(pid, "host", "t");
 	memset(w.b + 24, 'a', 64);
@@ -133,7 +157,7 @@ static void receive_rejects_malformed_hellos(void **state)
 	expect_rejected(w.b, sizeof(w.b), -EPROTO, "NUL-terminated");
 
 	w = wire_hello(pid, "host", "t");
-	memset(w.b + 144, 'a', 64);
+	memset(w.b + 160, 'a', 64);
 	expect_rejected(w.b, sizeof(w.b), -EPROTO, "NUL-terminated");
 	w = wire_hello_uid(pid, "gpu0", "t", "GPU 1");
 	expect_rejected(w.b, sizeof(w.b), -EINVAL, "device uid has byte 0x20 at 3");
@@ -152,13 +176,14 @@ static void receive_rejects_malformed_hellos(void **state)
 	expect_rejected(w.b, sizeof(w.b), -EPERM, "claims pid 1");
 }
 
-/* fds a producer sends along with its hello must not leak into the daemon. */
-static void receive_closes_fds_sent_along(void **state)
+/* fds a producer sends along with its hello must not leak into the
+ * daemon; the one of an offered ring is handed over. */
+static void send_with_fd(int sv[2], bool offer, int *watch)
 {
-	(void)state;
 	int p[2];
 	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 	struct wire_hello w = wire_hello((uint32_t)getpid(), "host", "t");
+	le32(w.b + 148, offer);
 	struct iovec iov = { w.b, sizeof(w.b) };
 	union { struct cmsghdr h; char b[CMSG_SPACE(sizeof(int))]; } cb;
 	memset(&cb, 0, sizeof(cb));
@@ -169,17 +194,34 @@ static void receive_closes_fds_sent_along(void **state)
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(c), &p[1], sizeof(int));
-	int sv[2];
 	pair(sv);
 	assert_int_equal(sendmsg(sv[0], &m, 0), (ssize_t)sizeof(w.b));
 	close(p[1]);
+	*watch = p[0];
+}
+
+static void receive_closes_fds_sent_along(void **state)
+{
+	(void)state;
+	int sv[2], watch;
+	send_with_fd(sv, false, &watch);
 	struct rp_hello h;
 	struct rp_err err = { 0 };
-	assert_int_equal(rp_hello_receive(sv[1], &h, NULL, &err), 0);
+	assert_int_equal(rp_hello_receive(sv[1], &h, NULL, &err), -EPROTO);
 	/* The received copy was the last write end: the pipe reads EOF. */
 	char byte;
-	assert_int_equal(read(p[0], &byte, 1), 0);
-	close(p[0]);
+	assert_int_equal(read(watch, &byte, 1), 0);
+	close(watch);
+	close(sv[0]);
+	close(sv[1]);
+
+	send_with_fd(sv, true, &watch);
+	assert_int_equal(rp_hello_receive(sv[1], &h, NULL, &err), 0);
+	assert_true(h.offer_ring);
+	assert_int_equal(read(watch, &byte, 1), -1); /* kept open: EAGAIN */
+	close(h.ring_fd);
+	assert_int_equal(read(watch, &byte, 1), 0);
+	close(watch);
 	close(sv[0]);
 	close(sv[1]);
 }

@@ -820,6 +820,50 @@ static void test_map_rejects(void **state)
 	rp_shmring_close(r);
 }
 
+/* A holding consumer frees nothing until it releases: a consumer that
+ * takes the ring over before that (a restarted daemon) reads the same
+ * records again from tail, as its own, and never what was released. */
+static void test_hold_and_adopt(void **state)
+{
+	(void)state;
+	struct rp_shmring *old = ring_new(1 << 16, RP_SHM_CLOCK_FOREIGN);
+	rp_shmring_set_consumer(old, 1);
+	struct rp_shmring *producer = NULL;
+	assert_int_equal(rp_shmring_map(rp_shmring_fd(old), &producer, NULL), 0);
+	rp_shmring_set_clock_offset(producer, -5);
+	assert_true(rp_shmring_clock_offset(old) == -5);
+	assert_true(rp_shm_instant(producer, 10, "sealed"));
+	rp_shmring_hold(old);
+	struct sink s = sink_new(8);
+	assert_int_equal(rp_shmring_drain(old, collect, &s, 0, NULL), 1);
+	assert_int_equal(rp_shmring_release(old), 24);
+	assert_true(rp_shm_instant(producer, 11, "read"));
+	assert_int_equal(rp_shmring_drain(old, collect, &s, 0, NULL), 1);
+	assert_int_equal(rp_shmring_held(old), 24);
+	size_t free_before = rp_shmring_free_bytes(producer);
+	assert_int_equal(free_before, (1 << 16) - 24); /* "read" is not freed */
+
+	struct rp_err err = { 0 };
+	struct rp_shmring *again = NULL;
+	assert_int_equal(rp_shmring_adopt(rp_shmring_fd(producer), 9, 99, 1, &again, &err),
+			 -EALREADY);
+	assert_int_equal(rp_shmring_adopt(rp_shmring_fd(producer), 9, 99, 2, &again, &err), 0);
+	assert_int_equal(rp_shmring_pid(again), 9);
+	assert_int_equal(rp_shmring_tid(again), 99);
+	assert_int_equal(rp_shmring_clock(again), RP_SHM_CLOCK_FOREIGN);
+	rp_shmring_hold(again);
+	s.n = 0;
+	assert_int_equal(rp_shmring_drain(again, collect, &s, 0, NULL), 1);
+	assert_string_equal(s.v[0].ev.name, "read");
+	assert_int_equal(s.v[0].ev.pid, 9);
+	rp_shmring_release(again);
+	assert_int_equal(rp_shmring_free_bytes(producer), 1 << 16);
+	free(s.v);
+	rp_shmring_close(again);
+	rp_shmring_close(producer);
+	rp_shmring_close(old);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -837,6 +881,7 @@ int main(void)
 		cmocka_unit_test(test_callback_error),
 		cmocka_unit_test(test_consumer_beat),
 		cmocka_unit_test(test_map_rejects),
+		cmocka_unit_test(test_hold_and_adopt),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

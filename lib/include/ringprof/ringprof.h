@@ -4,7 +4,8 @@
  * ringprofd daemon on first use: no syscall per event.  Without a daemon
  * they cost a few ns, never block and never fail the program; when the
  * daemon comes (back), threads reconnect by themselves (checked at most
- * once a second).  The daemon's socket is $RINGPROF_SOCKET or the default
+ * once a second), handing a restarted daemon what their rings kept
+ * meanwhile.  The daemon's socket is $RINGPROF_SOCKET or the default
  * (/run/ringprof/ringprofd.sock as root, else
  * $XDG_RUNTIME_DIR/ringprof/ringprofd.sock).  A daemon that refuses the
  * process (the socket's group, its limits) gets one line on stderr, once
