@@ -21,11 +21,16 @@ enum rp_event_kind {
 	RP_EV_DROPS = 10,       /* pid, tid of the producer; u.drops.count */
 	/* Metadata the daemon records about sampled processes, so that their
 	 * stacks can be symbolized later, even after they exit.  Producer
-	 * rings never carry these (RP_EV_PRODUCER_KIND_MAX). */
+	 * rings never carry these (rp_event_producer_kind). */
 	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process */
 	RP_EV_PROCESS_CMDLINE = 12, /* pid, name = command line, arguments joined by spaces */
-	RP_EV_KIND_MAX = RP_EV_PROCESS_CMDLINE,
-	RP_EV_PRODUCER_KIND_MAX = RP_EV_DROPS,
+	/* 13, 14: reserved (device info, Python code). */
+	/* An XLA op, module or step from a runtime's profiler (collectors/xla):
+	 * pid, tid (line id), name, u.op; ts is the start.  Written by the
+	 * daemon's own producer rings, so producers may carry it. */
+	RP_EV_DEVICE_OP = 15,
+	RP_EV_KIND_MAX = RP_EV_DEVICE_OP,
+	RP_EV_PRODUCER_KIND_MAX = RP_EV_DEVICE_OP,
 };
 
 enum rp_gpu_activity_kind {
@@ -33,6 +38,9 @@ enum rp_gpu_activity_kind {
 	RP_GPU_MEMCPY = 2,
 	RP_GPU_MEMSET = 3,
 };
+
+/* u.op.device of an event on the host, not on a device. */
+#define RP_OP_HOST UINT32_MAX
 
 /* Longest name kept; longer names are truncated on the way in. */
 #define RP_NAME_MAX 255
@@ -79,6 +87,15 @@ struct rp_event {
 			uint8_t build_id[RP_BUILD_ID_MAX];
 			uint8_t build_id_len; /* 0: unknown */
 		} mapping;
+		struct {
+			uint64_t end;        /* host clock ns; ts is the start */
+			/* XLA's stats; 0 or NULL when absent.  Strings are
+			 * borrowed like name and truncated to RP_NAME_MAX. */
+			const char *hlo_op, *hlo_module;
+			uint64_t program_id, flops, bytes_accessed;
+			uint32_t device;     /* N of /device:TPU:N; RP_OP_HOST */
+			uint32_t line;       /* the XLine: stream or thread id */
+		} op;
 	} u;
 };
 
@@ -88,5 +105,12 @@ typedef int (*rp_event_fn)(void *ctx, const struct rp_event *ev);
 
 /* "range_begin", "cpu_sample", ...; "unknown" for anything else. */
 const char *rp_event_kind_name(unsigned kind);
+
+/* Whether a producer ring may carry kind: 1..RP_EV_DROPS and
+ * RP_EV_DEVICE_OP, never the daemon's own metadata kinds. */
+static inline int rp_event_producer_kind(unsigned kind)
+{
+	return (kind >= 1 && kind <= RP_EV_DROPS) || kind == RP_EV_DEVICE_OP;
+}
 
 #endif
