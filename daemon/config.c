@@ -41,6 +41,9 @@ void rp_config_defaults(struct rp_config *c)
 	c->host_metrics_interval_ns = SEC;
 	c->psi_enabled = true;
 	c->psi_interval_ns = SEC;
+	c->xla_window_ns = SEC;
+	c->xla_host_tracer_level = 1;
+	c->xla_device_tracer_level = 1;
 	c->producer_ring_size = MiB;
 	c->producer_max_rings = 4096;
 	c->producer_max_rings_per_process = 1024;
@@ -428,6 +431,59 @@ static int set_psi_interval(struct rp_config *c, struct rp_ring_config *r, const
 	return duration_in(v, 10 * MS, 3600 * SEC, &c->psi_interval_ns, err);
 }
 
+/* [xla]: endpoints is a comma-separated list of HOST:PORT ([V6]:PORT). */
+static int set_xla_endpoints(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			     struct rp_err *err)
+{
+	(void)r;
+	if (strlen(v) >= sizeof(c->xla_endpoints))
+		return rp_err_set(err, -EINVAL, "the endpoint list is longer than %zu bytes",
+				  sizeof(c->xla_endpoints) - 1);
+	for (const char *p = v; *p;) {
+		size_t n = strcspn(p, ",");
+		const char *colon = memrchr(p, ':', n);
+		unsigned port;
+		char num[8];
+		if (!colon || colon == p || (size_t)(p + n - colon - 1) >= sizeof(num))
+			return rp_err_set(err, -EINVAL, "'%.*s' is not HOST:PORT", (int)n, p);
+		memcpy(num, colon + 1, (size_t)(p + n - colon - 1));
+		num[p + n - colon - 1] = 0;
+		if (rp_parse_uint(num, 1, 65535, &port, err) < 0)
+			return rp_err_set(err, -EINVAL, "'%.*s': the port is not 1..65535", (int)n, p);
+		p += n + (p[n] == ',');
+	}
+	snprintf(c->xla_endpoints, sizeof(c->xla_endpoints), "%s", v);
+	return 0;
+}
+
+static int set_xla_window(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			  struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 100 * MS, 60 * SEC, &c->xla_window_ns, err);
+}
+
+static int set_xla_host_level(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			      struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 0, 3, &c->xla_host_tracer_level, err);
+}
+
+static int set_xla_device_level(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 0, 1, &c->xla_device_tracer_level, err);
+}
+
+static int set_xla_python_level(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				struct rp_err *err)
+{
+	(void)r;
+	return rp_parse_uint(v, 0, 1, &c->xla_python_tracer_level, err);
+}
+
 static int set_sampler_cgroup(struct rp_config *c, struct rp_ring_config *r, const char *v,
 			      struct rp_err *err)
 {
@@ -717,6 +773,10 @@ static const struct section_def {
 	{"host_metrics", KEYS({"enabled", set_host_metrics_enabled},
 			      {"interval", set_host_metrics_interval})},
 	{"psi", KEYS({"enabled", set_psi_enabled}, {"interval", set_psi_interval})},
+	{"xla", KEYS({"endpoints", set_xla_endpoints}, {"window", set_xla_window},
+		     {"host_tracer_level", set_xla_host_level},
+		     {"device_tracer_level", set_xla_device_level},
+		     {"python_tracer_level", set_xla_python_level})},
 	{"sessions", KEYS({"default_run", set_default_run}, {"default_last", set_default_last},
 			  {"max_duration", set_max_duration}, {"max_bytes", set_sessions_max_bytes},
 			  {"max_count", set_sessions_max_count}, {"exports", set_session_exports},
@@ -1168,6 +1228,11 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	print_duration(out, "interval", c->host_metrics_interval_ns);
 	fprintf(out, "\n[psi]\nenabled = %s\n", c->psi_enabled ? "true" : "false");
 	print_duration(out, "interval", c->psi_interval_ns);
+	fprintf(out, "\n[xla]\n");
+	print_string(out, "endpoints", c->xla_endpoints);
+	print_duration(out, "window", c->xla_window_ns);
+	fprintf(out, "host_tracer_level = %u\ndevice_tracer_level = %u\npython_tracer_level = %u\n",
+		c->xla_host_tracer_level, c->xla_device_tracer_level, c->xla_python_tracer_level);
 	fprintf(out, "\n[sessions]\n");
 	print_string(out, "default_run", c->default_run);
 	print_duration(out, "default_last", c->default_last_ns);

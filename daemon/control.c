@@ -1081,6 +1081,8 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 			json_object_set_new(o, col.value_names[v], json_integer((json_int_t)col.values[v]));
 		if (col.reason[0])
 			json_object_set_new(o, "reason", json_string(col.reason));
+		if (col.detail[0])
+			json_object_set_new(o, "detail", json_string(col.detail));
 		json_array_append_new(collectors, o);
 	}
 	json_t *open = json_array();
