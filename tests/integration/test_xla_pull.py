@@ -10,6 +10,7 @@ short, not HTTP/2 at all), a raw socket speaking just enough HTTP/2."""
 import json
 import os
 import pathlib
+import shutil
 import socket
 import struct
 import subprocess
@@ -410,3 +411,122 @@ def test_not_http2():
     finally:
         server.close()
     assert rc == 1 and "does not speak HTTP/2" in err
+
+
+# ---- the daemon's XLA collector ([xla] endpoints) ---------------------------
+
+DAEMON_CONFIG = """
+[daemon]
+seal_interval = 100ms
+host_name = xlahost
+[sampler]
+enabled = false
+[sessions]
+exports = all
+[xla]
+endpoints = {endpoints}
+window = 1s
+"""
+
+
+def xla_collector(d):
+    return next(c for c in d.ok("GET", "/v1/status")["collectors"] if c["name"] == "xla")
+
+
+def wait_session_files(path, suffixes, timeout=120):
+    files = [os.path.join(path, "xlahost" + s) for s in suffixes]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(os.path.exists(f) for f in files):
+        time.sleep(0.2)
+    return files
+
+
+def test_daemon_pulls_xla_ops_into_a_snapshot(jax_server, tmp_path):
+    """The collector pulls the live JAX loop: a snapshot of the last 5 s
+    holds jit_train_step's XLA ops with hlo_op/hlo_module and the steps,
+    on the workload's threads, and every export carries them."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    addr, _ = jax_server
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints=addr)).start()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and xla_collector(d).get("windows", 0) < 2:
+            time.sleep(0.5)
+        col = xla_collector(d)
+        assert col["state"] == "running" and col["windows"] >= 2, (col, open(d.log).read())
+        assert col["events"] > 1000 and col["endpoints"] == 1, col
+        assert f"{addr} (pid 0): continuous" in col["detail"], col
+        r = d.cli("snapshot", "--last", "5s", "--name", "xla", "--json", check=True)
+        path = json.loads(r.stdout)["path"]
+        xspace, pftrace, js, summary = wait_session_files(
+            path, [".xplane.pb", ".pftrace", ".json", ".summary.txt"])
+
+        doc = json.load(open(js))
+        ops = [e for e in doc["trace_events"] if e["type"] == "xla_op"]
+        hlo = [e for e in ops if e["args"].get("hlo_module", "").startswith("jit_train_step")]
+        steps = [e for e in ops if e["name"] == "train"]
+        assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps))
+        assert all(e["args"].get("hlo_op") for e in hlo[:50]), hlo[:3]
+        assert all(e["duration"] >= 0 for e in ops)
+        assert "XLA op (device: name)" in open(summary).read()
+
+        # XProf's converter shows them on the host plane with their stats.
+        from xprof.convert import raw_to_tool_data  # noqa: PLC0415
+        xdir = tmp_path / "xprof" / "plugins" / "profile" / "xla"
+        xdir.mkdir(parents=True)
+        shutil.copy(xspace, xdir)
+        data, _ = raw_to_tool_data.xspace_to_tool_data(
+            [str(xdir / os.path.basename(xspace))], "trace_viewer", {"use_saved_result": False})
+        trace = json.loads(data.decode() if isinstance(data, bytes) else data)
+        events = [e for e in trace["traceEvents"] if e]
+        with_hlo = [e for e in events if e.get("args", {}).get("hlo_module", "")
+                    .startswith("jit_train_step") and e.get("args", {}).get("hlo_op")]
+        assert len(with_hlo) > 100, [e for e in events if e.get("ph") == "X"][:5]
+        assert len([e for e in events if e.get("name") == "train"]) > 10
+
+        # Perfetto: slices with the stats as args.
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace  # noqa: PLC0415
+        t = Trace()
+        t.ParseFromString(open(pftrace, "rb").read())
+        names = {n.iid: n.name for p in t.packet if p.HasField("interned_data")
+                 for n in p.interned_data.debug_annotation_names}
+        args = [names.get(a.name_iid) for p in t.packet if p.HasField("track_event")
+                for a in p.track_event.debug_annotations]
+        assert "hlo_op" in args and "hlo_module" in args
+        assert d.alive()
+    finally:
+        d.stop()
+
+
+def test_daemon_survives_dead_and_hanging_endpoints(tmp_path):
+    """A port nobody listens on and a server that never answers: the
+    daemon stays healthy, backs off, and status says what happened."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    dead = f"127.0.0.1:{free_port()}"
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(8)  # accepts (the kernel does) and never speaks
+    hanging = f"127.0.0.1:{hang.getsockname()[1]}"
+    config = DAEMON_CONFIG.format(endpoints=f"{dead},{hanging}").replace("window = 1s",
+                                                                          "window = 100ms")
+    d = Daemon(tmp_path, config=config).start()
+    try:
+        deadline = time.monotonic() + 60
+        col = xla_collector(d)
+        while time.monotonic() < deadline and not (
+                "refused" in col.get("detail", "") and col["detail"].count("backing off") == 2):
+            time.sleep(0.5)
+            col = xla_collector(d)
+        assert col["state"] == "running" and col["endpoints"] == 2, col
+        assert col["backing_off"] == 2, col
+        assert f"{dead} (pid 0): backing off" in col["detail"], col
+        assert "jax.profiler.start_server" in col["detail"], col  # the refused one's fix
+        assert f"{hanging} (pid 0): backing off" in col["detail"], col
+        status = d.cli("status", check=True)
+        assert "xla: running" in status.stdout, status.stdout
+        r = d.cli("snapshot", "--last", "2s", "--name", "alive", "--json", check=True)
+        assert json.loads(r.stdout)["path"]
+        assert d.alive()
+    finally:
+        d.stop()
+        hang.close()
