@@ -116,6 +116,10 @@ struct rp_config {
 	unsigned xla_host_tracer_level;    /* 0..3 */
 	unsigned xla_device_tracer_level;  /* 0..1 */
 	unsigned xla_python_tracer_level;  /* 0..1 */
+/* Workloads' profiler servers registered through the API
+ * (POST /v1/xla/endpoints): <state_dir>/RP_XLA_REGISTRY_DIR/PID holds the
+ * address; the XLA collector pulls from each until PID exits. */
+#define RP_XLA_REGISTRY_DIR "xla-endpoints"
 	/* [sessions] */
 	char default_run[64];
 	uint64_t default_last_ns;    /* snapshot window when none is given */

@@ -6,12 +6,19 @@
  * host ring on its thread (tid = the line's thread id), /device:TPU:N and
  * /device:GPU:N into tpuN and gpuN (tid = the line id).
  *
+ * Workloads register their servers through the API (ringprof.xla.attach()
+ * posts /v1/xla/endpoints, which leaves <state_dir>/xla-endpoints/PID):
+ * a registry thread looks there every REGISTRY_PERIOD_NS, pulls from each
+ * such server with pid = PID, and forgets it (and its file) once PID has
+ * exited.  A slot's rings outlive its endpoint: the next one reuses them.
+ *
  * A server that is down, slow or hostile costs its thread only: every
  * call has a deadline (window + PULL_SLACK_MS), responses are capped at
  * MAX_RESPONSE bytes, and failures back off exponentially up to
  * BACKOFF_MAX_NS.  Snapshots that overlap (a server that returns the last
  * N seconds each time) write nothing twice: each endpoint keeps the
  * latest event end it wrote and skips events that ended before it. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -20,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "collector.h"
@@ -37,6 +45,7 @@
 #define OP_RECORD_MAX (16 + 48 + 3 * 256 + 24)
 /* How long a full ring may hold the writer up before records drop. */
 #define RING_WAIT_MAX_NS 2000000000ull
+#define REGISTRY_PERIOD_NS 1000000000ull
 
 enum mode { MODE_UNKNOWN, MODE_CONTINUOUS, MODE_PROFILE };
 
@@ -50,9 +59,10 @@ struct xla;
 struct endpoint {
 	struct xla *x;
 	char addr[128];
-	uint32_t pid;                 /* the workload's, 0: unknown */
+	uint32_t pid;                 /* the workload's, 0: unknown (configured) */
 	pthread_t thread;
-	bool started;
+	bool active;                  /* a thread runs for it; under lock */
+	bool quit;                    /* its thread should end; under lock */
 	/* The thread's own. */
 	struct ring_slot rings[MAX_RINGS];
 	unsigned nrings;
@@ -75,19 +85,22 @@ struct xla {
 	pthread_cond_t wake;
 	bool stop;                    /* guarded by lock */
 	struct endpoint eps[MAX_ENDPOINTS];
-	unsigned neps;
+	char registry[PATH_MAX + 32]; /* <state_dir>/xla-endpoints */
+	char proc_root[PATH_MAX];
+	pthread_t registry_thread;
 	atomic_uint_least64_t lost;   /* dropped by full rings or refused rings */
 };
 
 static const char *const value_names[] = { "endpoints", "windows", "gap_ms", "backing_off", NULL };
 
-/* Wait ns or until stop; true when stopping. */
-static bool wait_or_stop(struct xla *x, uint64_t ns)
+/* Wait ns or until the collector or ep (NULL: none) stops; true when
+ * stopping. */
+static bool wait_or_stop(struct xla *x, const struct endpoint *ep, uint64_t ns)
 {
 	pthread_mutex_lock(&x->lock);
-	if (!x->stop && ns)
+	if (!x->stop && !(ep && ep->quit) && ns)
 		rp_cond_wait_ns(&x->wake, &x->lock, ns);
-	bool stop = x->stop;
+	bool stop = x->stop || (ep && ep->quit);
 	pthread_mutex_unlock(&x->lock);
 	return stop;
 }
@@ -161,11 +174,11 @@ static uint64_t stat_u64(double v, bool present)
 
 /* Room for one more record, waiting for the ingest thread to drain it
  * rather than dropping; false when stopping. */
-static bool room(struct xla *x, struct rp_shmring *ring)
+static bool room(struct endpoint *ep, struct rp_shmring *ring)
 {
 	uint64_t waited = 0;
 	while (rp_shmring_free_bytes(ring) < OP_RECORD_MAX && waited < RING_WAIT_MAX_NS) {
-		if (wait_or_stop(x, 1000000))
+		if (wait_or_stop(ep->x, ep, 1000000))
 			return false;
 		waited += 1000000;
 	}
@@ -191,7 +204,7 @@ static int put_event(const struct rp_xla_event *e, void *arg)
 		atomic_fetch_add(&ep->x->lost, 1);
 		return 0;
 	}
-	if (!room(ep->x, ring))
+	if (!room(ep, ring))
 		return -ECANCELED;
 	struct rp_event ev = {
 		.kind = RP_EV_DEVICE_OP,
@@ -244,7 +257,7 @@ static int pull(struct endpoint *ep, struct rp_xla_window *w, struct rp_err *err
 	}
 	if (ep->mode == MODE_PROFILE)
 		return rp_xla_profile(ep->addr, &x->opts, x->timeout_ms, MAX_RESPONSE, w, err);
-	if (wait_or_stop(x, x->opts.duration_ms * 1000000ull))
+	if (wait_or_stop(x, ep, x->opts.duration_ms * 1000000ull))
 		return -ECANCELED;
 	int rc = rp_xla_get_snapshot(ep->addr, x->timeout_ms, MAX_RESPONSE, w, err);
 	if (rc < 0)
@@ -282,7 +295,7 @@ static void *endpoint_main(void *arg)
 	struct endpoint *ep = arg;
 	struct xla *x = ep->x;
 	uint64_t backoff = 0;
-	while (!wait_or_stop(x, backoff)) {
+	while (!wait_or_stop(x, ep, backoff)) {
 		struct rp_err err = { 0 };
 		int rc = one_window(ep, &err);
 		if (rc == -ECANCELED)
@@ -308,14 +321,118 @@ static void *endpoint_main(void *arg)
 	return NULL;
 }
 
-static const char *off(const struct rp_config *cfg)
+/* Start pulling from addr (len bytes) in a free slot. */
+static int add_endpoint(struct xla *x, const char *addr, size_t len, uint32_t pid,
+			struct rp_err *why)
 {
-	return cfg->xla_endpoints[0] ? NULL : "[xla] endpoints is empty";
+	struct endpoint *ep = NULL;
+	pthread_mutex_lock(&x->lock);
+	for (unsigned i = 0; i < MAX_ENDPOINTS && !ep; i++)
+		if (!x->eps[i].active)
+			ep = &x->eps[i];
+	pthread_mutex_unlock(&x->lock);
+	if (!ep)
+		return rp_err_set(why, -E2BIG, "more than %d XLA endpoints", MAX_ENDPOINTS);
+	/* Only the rings stay from the slot's previous endpoint. */
+	struct endpoint fresh = { .x = x, .pid = pid, .state = "starting", .nrings = ep->nrings };
+	memcpy(fresh.rings, ep->rings, sizeof(fresh.rings));
+	snprintf(fresh.addr, sizeof(fresh.addr), "%.*s", (int)len, addr);
+	pthread_mutex_lock(&x->lock);
+	*ep = fresh;
+	pthread_mutex_unlock(&x->lock);
+	int rc = -pthread_create(&ep->thread, NULL, endpoint_main, ep);
+	if (rc < 0)
+		return rp_err_set(why, rc, "cannot start the XLA thread of %s: %s", ep->addr,
+				  strerror(-rc));
+	pthread_mutex_lock(&x->lock);
+	ep->active = true;
+	pthread_mutex_unlock(&x->lock);
+	return 0;
+}
+
+/* End ep's thread and free its slot. */
+static void retire(struct xla *x, struct endpoint *ep)
+{
+	pthread_mutex_lock(&x->lock);
+	ep->quit = true;
+	pthread_cond_broadcast(&x->wake);
+	pthread_mutex_unlock(&x->lock);
+	pthread_join(ep->thread, NULL);
+	pthread_mutex_lock(&x->lock);
+	ep->active = false;
+	pthread_mutex_unlock(&x->lock);
+}
+
+static bool process_alive(const struct xla *x, uint32_t pid)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/%u", x->proc_root, pid);
+	return access(path, F_OK) == 0;
+}
+
+/* One look at the registry: pull from new registrations, forget those
+ * whose process exited. */
+static void scan_registry(struct xla *x)
+{
+	for (unsigned i = 0; i < MAX_ENDPOINTS; i++) {
+		struct endpoint *ep = &x->eps[i];
+		if (ep->active && ep->pid && !process_alive(x, ep->pid)) {
+			char path[PATH_MAX + 64];
+			snprintf(path, sizeof(path), "%s/%u", x->registry, ep->pid);
+			retire(x, ep);
+			(void)unlink(path);
+		}
+	}
+	DIR *d = opendir(x->registry);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char *end, path[PATH_MAX + 300], addr[128];
+		unsigned long pid = strtoul(de->d_name, &end, 10);
+		if (*end || !pid || pid > UINT32_MAX)
+			continue; /* ".", "..", a temporary file */
+		snprintf(path, sizeof(path), "%s/%s", x->registry, de->d_name);
+		if (!process_alive(x, (uint32_t)pid)) {
+			(void)unlink(path);
+			continue;
+		}
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		bool got = fgets(addr, sizeof(addr), f) != NULL;
+		fclose(f);
+		if (!got)
+			continue;
+		addr[strcspn(addr, "\n")] = 0;
+		struct endpoint *known = NULL;
+		for (unsigned i = 0; i < MAX_ENDPOINTS && !known; i++)
+			if (x->eps[i].active && x->eps[i].pid == pid)
+				known = &x->eps[i];
+		if (known && !strcmp(known->addr, addr))
+			continue;
+		if (known)
+			retire(x, known); /* registered again, with another server */
+		struct rp_err err = { 0 };
+		if (add_endpoint(x, addr, strlen(addr), (uint32_t)pid, &err) < 0)
+			fprintf(stderr, "ringprofd: XLA endpoint %s of process %lu: %s\n", addr, pid,
+				err.msg);
+	}
+	closedir(d);
+}
+
+static void *registry_main(void *arg)
+{
+	struct xla *x = arg;
+	do
+		scan_registry(x);
+	while (!wait_or_stop(x, NULL, REGISTRY_PERIOD_NS));
+	return NULL;
 }
 
 static void free_xla(struct xla *x)
 {
-	for (unsigned i = 0; i < x->neps; i++)
+	for (unsigned i = 0; i < MAX_ENDPOINTS; i++)
 		for (unsigned r = 0; r < x->eps[i].nrings; r++)
 			rp_shmring_close(x->eps[i].rings[r].ring);
 	pthread_cond_destroy(&x->wake);
@@ -323,34 +440,25 @@ static void free_xla(struct xla *x)
 	free(x);
 }
 
-static void stop(void *state)
+/* registry_started: whether the registry thread runs (it adds and
+ * retires endpoints, so it ends first). */
+static void stop_xla(struct xla *x, bool registry_started)
 {
-	struct xla *x = state;
 	pthread_mutex_lock(&x->lock);
 	x->stop = true;
 	pthread_cond_broadcast(&x->wake);
 	pthread_mutex_unlock(&x->lock);
-	for (unsigned i = 0; i < x->neps; i++)
-		if (x->eps[i].started)
+	if (registry_started)
+		pthread_join(x->registry_thread, NULL);
+	for (unsigned i = 0; i < MAX_ENDPOINTS; i++)
+		if (x->eps[i].active)
 			pthread_join(x->eps[i].thread, NULL);
 	free_xla(x);
 }
 
-static int add_endpoint(struct xla *x, const char *addr, size_t len, uint32_t pid,
-			struct rp_err *why)
+static void stop(void *state)
 {
-	if (x->neps == MAX_ENDPOINTS)
-		return rp_err_set(why, -E2BIG, "more than %d XLA endpoints", MAX_ENDPOINTS);
-	struct endpoint *ep = &x->eps[x->neps];
-	*ep = (struct endpoint){ .x = x, .pid = pid, .state = "starting" };
-	snprintf(ep->addr, sizeof(ep->addr), "%.*s", (int)len, addr);
-	int rc = -pthread_create(&ep->thread, NULL, endpoint_main, ep);
-	if (rc < 0)
-		return rp_err_set(why, rc, "cannot start the XLA thread of %s: %s", ep->addr,
-				  strerror(-rc));
-	ep->started = true;
-	x->neps++;
-	return 0;
+	stop_xla(state, true);
 }
 
 static int start(const struct rp_collector_env *env, void **out, struct rp_err *why)
@@ -368,14 +476,18 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 	x->timeout_ms = (unsigned)x->opts.duration_ms + PULL_SLACK_MS;
 	pthread_mutex_init(&x->lock, NULL);
 	rp_cond_init_monotonic(&x->wake);
+	snprintf(x->registry, sizeof(x->registry), "%s/%s", cfg->state_dir, RP_XLA_REGISTRY_DIR);
+	snprintf(x->proc_root, sizeof(x->proc_root), "%s", env->proc_root);
 	int rc = 0;
 	for (const char *p = cfg->xla_endpoints; *p && rc == 0;) {
 		size_t n = strcspn(p, ",");
 		rc = add_endpoint(x, p, n, 0, why);
 		p += n + (p[n] == ',');
 	}
+	if (rc == 0 && (rc = -pthread_create(&x->registry_thread, NULL, registry_main, x)) < 0)
+		rp_err_set(why, rc, "cannot start the XLA registry thread: %s", strerror(-rc));
 	if (rc < 0) {
-		stop(x);
+		stop_xla(x, false);
 		return rc;
 	}
 	*out = x;
@@ -387,9 +499,12 @@ static void stats(void *state, struct rp_collector_stats *st)
 	struct xla *x = state;
 	uint64_t lost = atomic_load(&x->lost), gap = 0, windows = 0, backing = 0;
 	size_t used = 0;
+	unsigned shown = 0;
 	pthread_mutex_lock(&x->lock);
-	for (unsigned i = 0; i < x->neps; i++) {
+	for (unsigned i = 0; i < MAX_ENDPOINTS; i++) {
 		const struct endpoint *ep = &x->eps[i];
+		if (!ep->active)
+			continue;
 		st->events += ep->events;
 		windows += ep->windows;
 		gap = ep->gap_ns > gap ? ep->gap_ns : gap;
@@ -398,7 +513,7 @@ static void stats(void *state, struct rp_collector_stats *st)
 			int n = snprintf(st->detail + used, sizeof(st->detail) - used,
 					 "%s%s (pid %u): %s, %llu windows, %llu events, %llu duplicates "
 					 "skipped, gap %llu ms, %llu failures%s%s%s",
-					 i ? "; " : "", ep->addr, ep->pid, ep->state,
+					 shown++ ? "; " : "", ep->addr, ep->pid, ep->state,
 					 (unsigned long long)ep->windows, (unsigned long long)ep->events,
 					 (unsigned long long)ep->duplicates,
 					 (unsigned long long)(ep->gap_ns / 1000000),
@@ -408,12 +523,15 @@ static void stats(void *state, struct rp_collector_stats *st)
 			used += n > 0 ? (size_t)n : 0;
 		}
 	}
-	for (unsigned i = 0; i < x->neps; i++)
+	for (unsigned i = 0; i < MAX_ENDPOINTS; i++)
 		for (unsigned r = 0; r < x->eps[i].nrings; r++)
 			lost += rp_shmring_dropped(x->eps[i].rings[r].ring);
 	pthread_mutex_unlock(&x->lock);
+	if (!shown)
+		snprintf(st->detail, sizeof(st->detail), "no endpoints: set [xla] endpoints, or call "
+			 "ringprof.xla.attach() in the workload");
 	st->lost = lost;
-	st->values[0] = x->neps;
+	st->values[0] = shown;
 	st->values[1] = windows;
 	st->values[2] = gap / 1000000;
 	st->values[3] = backing;
@@ -425,7 +543,6 @@ const struct rp_collector rp_xla_collector = {
 	.device = "host",
 	.section = "xla",
 	.values = value_names,
-	.off = off,
 	.start = start,
 	.stats = stats,
 	.stop = stop,

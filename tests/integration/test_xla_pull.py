@@ -530,3 +530,57 @@ def test_daemon_survives_dead_and_hanging_endpoints(tmp_path):
     finally:
         d.stop()
         hang.close()
+
+
+def test_attach_registers_the_workload(tmp_path):
+    """ringprof.xla.attach() in the workload: with no [xla] endpoints the
+    daemon pulls from it, stamps its events with the workload's pid, and
+    forgets it when the process exits."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="")).start()
+    proc = None
+    try:
+        col = xla_collector(d)
+        assert col["state"] == "running" and col["endpoints"] == 0, col
+        assert "ringprof.xla.attach()" in col["detail"], col
+        # A registration must name a live process.
+        status, body = d.request("POST", "/v1/xla/endpoints",
+                                 {"address": "127.0.0.1:9", "pid": 2 ** 31 - 1})
+        assert status == 400 and "does not exist" in body["error"]["message"], body
+
+        env = dict(d.env())
+        env.pop("LD_PRELOAD", None)  # as workload_env(): JAX is not our code
+        proc = subprocess.Popen([sys.executable, str(WORKLOAD), "attach", "300"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and xla_collector(d).get("windows", 0) < 2:
+            time.sleep(0.5)
+        col = xla_collector(d)
+        assert col["endpoints"] == 1 and col["windows"] >= 2, (col, open(d.log).read())
+        assert f"(pid {proc.pid}): continuous" in col["detail"], col
+        assert os.path.exists(os.path.join(d.state_dir, "xla-endpoints", str(proc.pid)))
+
+        r = d.cli("snapshot", "--last", "5s", "--name", "attached", "--json", check=True)
+        (js,) = wait_session_files(json.loads(r.stdout)["path"], [".json"])
+        doc = json.load(open(js))
+        ops = [e for e in doc["trace_events"] if e["type"] == "xla_op"]
+        hlo = [e for e in ops if e["args"].get("hlo_module", "").startswith("jit_train_step")]
+        steps = [e for e in ops if e["name"] == "train"]
+        assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps))
+        assert {e["process_id"] for e in ops} == {proc.pid}
+
+        proc.terminate()
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and xla_collector(d)["endpoints"]:
+            time.sleep(0.5)
+        assert xla_collector(d)["endpoints"] == 0, xla_collector(d)
+        assert not os.path.exists(os.path.join(d.state_dir, "xla-endpoints", str(proc.pid)))
+        assert d.alive()
+    finally:
+        if proc and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        d.stop()
