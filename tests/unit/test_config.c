@@ -359,6 +359,13 @@ static void load_errors(void **state)
 		 "[psi] enabled: 'yes' is not one of true, false"},
 		{"[psi]\ninterval = 1ms\n", -ERANGE, 2,
 		 "[psi] interval: '1ms' is less than the minimum, 10ms"},
+		{"[xla]\nendpoints = 127.0.0.1:9012,localhost\n", -EINVAL, 2,
+		 "[xla] endpoints: 'localhost' is not HOST:PORT"},
+		{"[xla]\nendpoints = host:0\n", -EINVAL, 2,
+		 "[xla] endpoints: 'host:0': the port is not 1..65535"},
+		{"[xla]\nwindow = 10ms\n", -ERANGE, 2,
+		 "[xla] window: '10ms' is less than the minimum, 100ms"},
+		{"[xla]\nhost_tracer_level = 4\n", -ERANGE, 2, "[xla] host_tracer_level: "},
 		{"[sessions]\ndefault_run = ../x\n", -EINVAL, 2,
 		 "[sessions] default_run: run name '../x': '/' is not allowed"},
 		{"[sessions]\ndefault_last = -5s\n", -EINVAL, 2,
@@ -565,6 +572,8 @@ static void round_trip(void **state)
 		"threshold = 0.1\nfor = 3s\n[rule.c]\nmax_per_hour = 7\n",
 		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
 		"[psi]\nenabled = false\ninterval = 2.5s\n",
+		"[xla]\nendpoints = 127.0.0.1:9012,[::1]:80\nwindow = 2.5s\nhost_tracer_level = 3\n"
+		"device_tracer_level = 0\npython_tracer_level = 1\n",
 		"[sampler]\nfrequency = 999\npids = 42, 7,4194304\ncgroup = /sys/fs/cgroup/job\n",
 	};
 	char printed[96];
