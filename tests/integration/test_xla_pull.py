@@ -524,6 +524,7 @@ def test_daemon_survives_dead_and_hanging_endpoints(tmp_path):
         assert f"{hanging} (pid 0): backing off" in col["detail"], col
         status = d.cli("status", check=True)
         assert "xla: running" in status.stdout, status.stdout
+        assert f"{dead} (pid 0): backing off" in status.stdout, status.stdout
         r = d.cli("snapshot", "--last", "2s", "--name", "alive", "--json", check=True)
         assert json.loads(r.stdout)["path"]
         assert d.alive()
