@@ -7,6 +7,7 @@ builds on.  Misbehaving servers are grpcio servers written here, and, for
 what grpcio cannot be made to send (a lying length prefix, a stream cut
 short, not HTTP/2 at all), a raw socket speaking just enough HTTP/2."""
 
+import collections
 import json
 import os
 import pathlib
@@ -469,6 +470,24 @@ def test_daemon_pulls_xla_ops_into_a_snapshot(jax_server, tmp_path):
         assert all(e["args"].get("hlo_op") for e in hlo[:50]), hlo[:3]
         assert all(e["duration"] >= 0 for e in ops)
         assert "XLA op (device: name)" in open(summary).read()
+
+        # Against jax.profiler.trace of the same loop in another process (one
+        # process cannot serve both): jit_train_step's ops per step, by op,
+        # within 5%.
+        ref_dir = tmp_path / "reference"
+        subprocess.run([sys.executable, str(WORKLOAD), "0", "3", str(tmp_path / "ref.log"),
+                        str(ref_dir)], check=True, timeout=300, env=workload_env(),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (ref_file,) = ref_dir.glob("plugins/profile/*/*.xplane.pb")
+        rc, ref, err = probe("--decode", ref_file, "--top", 50)
+        assert rc == 0, err
+        ref_per_step = {o["name"]: o["count"] / ref["steps"]["count"] for o in ref["top_ops"]
+                        if o["hlo_module"] == "jit_train_step"}
+        ours = collections.Counter(e["args"]["hlo_op"] for e in hlo)
+        assert set(ours) == set(ref_per_step), (ours, ref_per_step)
+        for name, per_step in ref_per_step.items():
+            assert abs(ours[name] / len(steps) - per_step) <= 0.05 * per_step, (name, ours,
+                                                                              len(steps), ref)
 
         # XProf's converter shows them on the host plane with their stats.
         from xprof.convert import raw_to_tool_data  # noqa: PLC0415
