@@ -442,6 +442,27 @@ def wait_session_files(path, suffixes, timeout=120):
     return files
 
 
+def xla_snapshot(d, name, suffixes):
+    """A snapshot of the last 5 s that holds jit_train_step's ops and the
+    steps: (its files, the JSON's xla_op events, those of jit_train_step,
+    the steps).  The events of a window reach the ring seconds after they
+    happened (the server serializes, the daemon decodes; longer on a
+    loaded machine or under ASan), so a snapshot taken too early holds only
+    part of one: take another, a few times."""
+    for attempt in range(6):
+        r = d.cli("snapshot", "--last", "5s", "--name", f"{name}{attempt}", "--json", check=True)
+        files = wait_session_files(json.loads(r.stdout)["path"], [".json", *suffixes])
+        doc = json.load(open(files[0]))
+        ops = [e for e in doc["trace_events"] if e["type"] == "xla_op"]
+        hlo = [e for e in ops if e["args"].get("hlo_module", "").startswith("jit_train_step")]
+        steps = [e for e in ops if e["name"] == "train"]
+        if len(hlo) > 100 and len(steps) > 10:
+            break
+        time.sleep(2)
+    assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps))
+    return files, ops, hlo, steps
+
+
 def test_daemon_pulls_xla_ops_into_a_snapshot(jax_server, tmp_path):
     """The collector pulls the live JAX loop: a snapshot of the last 5 s
     holds jit_train_step's XLA ops with hlo_op/hlo_module and the steps,
@@ -457,16 +478,8 @@ def test_daemon_pulls_xla_ops_into_a_snapshot(jax_server, tmp_path):
         assert col["state"] == "running" and col["windows"] >= 2, (col, open(d.log).read())
         assert col["events"] > 1000 and col["endpoints"] == 1, col
         assert f"{addr} (pid 0): continuous" in col["detail"], col
-        r = d.cli("snapshot", "--last", "5s", "--name", "xla", "--json", check=True)
-        path = json.loads(r.stdout)["path"]
-        xspace, pftrace, js, summary = wait_session_files(
-            path, [".xplane.pb", ".pftrace", ".json", ".summary.txt"])
-
-        doc = json.load(open(js))
-        ops = [e for e in doc["trace_events"] if e["type"] == "xla_op"]
-        hlo = [e for e in ops if e["args"].get("hlo_module", "").startswith("jit_train_step")]
-        steps = [e for e in ops if e["name"] == "train"]
-        assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps))
+        (_, xspace, pftrace, summary), ops, hlo, steps = xla_snapshot(
+            d, "xla", [".xplane.pb", ".pftrace", ".summary.txt"])
         assert all(e["args"].get("hlo_op") for e in hlo[:50]), hlo[:3]
         assert all(e["duration"] >= 0 for e in ops)
         assert "XLA op (device: name)" in open(summary).read()
@@ -582,13 +595,7 @@ def test_attach_registers_the_workload(tmp_path):
         assert f"(pid {proc.pid}): continuous" in col["detail"], col
         assert os.path.exists(os.path.join(d.state_dir, "xla-endpoints", str(proc.pid)))
 
-        r = d.cli("snapshot", "--last", "5s", "--name", "attached", "--json", check=True)
-        (js,) = wait_session_files(json.loads(r.stdout)["path"], [".json"])
-        doc = json.load(open(js))
-        ops = [e for e in doc["trace_events"] if e["type"] == "xla_op"]
-        hlo = [e for e in ops if e["args"].get("hlo_module", "").startswith("jit_train_step")]
-        steps = [e for e in ops if e["name"] == "train"]
-        assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps))
+        _, ops, hlo, steps = xla_snapshot(d, "attached", [])
         assert {e["process_id"] for e in ops} == {proc.pid}
 
         proc.terminate()
