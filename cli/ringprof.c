@@ -608,6 +608,8 @@ static int cmd_status(const struct command *cmd, struct args *a)
 			       (long long)jint(col, "events"), (long long)jint(col, "lost"));
 		else
 			printf("  %s: %s: %s\n", jtext(col, "name"), jtext(col, "state"), jtext(col, "reason"));
+		if (json_object_get(col, "detail"))
+			printf("    %s\n", jtext(col, "detail"));
 	}
 
 	const json_t *open = json_object_get(r, "open_sessions");

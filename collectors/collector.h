@@ -59,6 +59,9 @@ struct rp_collector_stats {
 	uint64_t events;     /* handed to the ring */
 	uint64_t lost;       /* lost before reaching it */
 	uint64_t values[RP_COLLECTOR_MAX_VALUES];
+	/* Optional: what it is doing, in words, for status ("detail"): a
+	 * collector of several peers says how each one fares. */
+	char detail[1024];
 };
 
 struct rp_collector {

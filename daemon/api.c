@@ -58,7 +58,7 @@
 
 enum op {
 	OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS,
-	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN,
+	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN, OP_XLA_REGISTER,
 };
 
 struct rp_api;
@@ -644,6 +644,32 @@ static int parse_stop(const struct request *rq, struct rp_stop_req *req, struct 
 	return rc;
 }
 
+/* POST /v1/xla/endpoints: {"address": "127.0.0.1:PORT", "pid": N}. */
+static int parse_xla_register(const struct request *rq, char address[128], uint32_t *pid,
+			      struct rp_err *err)
+{
+	static const char *const fields[] = { "address", "pid", NULL };
+	json_t *obj = NULL;
+	const char *s = NULL;
+	int rc = parse_body(rq, "POST /v1/xla/endpoints", fields, &obj, err);
+	if (rc == 0 && (rc = string_field(obj, "address", &s, err)) == 0)
+		rc = rp_err_set(err, -EINVAL, "field 'address' is required: the profiler server's "
+				"HOST:PORT, such as \"127.0.0.1:9012\"");
+	if (rc > 0 && (strlen(s) >= 128 || !strchr(s, ':') || strpbrk(s, "/, \t\n")))
+		rc = rp_err_set(err, -EINVAL, "field 'address' must be HOST:PORT of at most 127 bytes");
+	json_t *p = rc > 0 ? json_object_get(obj, "pid") : NULL;
+	if (rc > 0 && (!json_is_integer(p) || json_integer_value(p) < 1 ||
+		       json_integer_value(p) > INT32_MAX))
+		rc = rp_err_set(err, -EINVAL, "field 'pid' must be the workload's process id");
+	if (rc > 0) {
+		snprintf(address, 128, "%s", s);
+		*pid = (uint32_t)json_integer_value(p);
+		rc = 0;
+	}
+	json_decref(obj);
+	return rc;
+}
+
 /* ---- routing ---- */
 
 /* The ops a path offers for GET and POST (OP_NONE: method not allowed),
@@ -671,6 +697,8 @@ static bool resolve(const char *url, struct resource *r)
 		r->post = OP_ALERTMANAGER;
 	} else if (!strcmp(url, "/v1/shutdown")) {
 		r->post = OP_SHUTDOWN;
+	} else if (!strcmp(url, "/v1/xla/endpoints")) {
+		r->post = OP_XLA_REGISTER;
 	} else if (!strncmp(url, sessions, sizeof(sessions) - 1)) {
 		r->id = url + sizeof(sessions) - 1;
 		const char *slash = strchr(r->id, '/');
@@ -928,6 +956,14 @@ static enum MHD_Result dispatch(struct rp_api *api, struct request *rq)
 			rp_alerts_free(&alerts);
 		}
 		return reply(rq, rc, out, &err, MHD_HTTP_OK);
+	}
+	case OP_XLA_REGISTER: {
+		char address[128];
+		uint32_t pid = 0;
+		rc = parse_xla_register(rq, address, &pid, &err);
+		if (rc == 0)
+			rc = ops->xla_register(api->ctx, address, pid, &out, &err);
+		return reply(rq, rc, out, &err, MHD_HTTP_CREATED);
 	}
 	case OP_NONE:
 		break;

@@ -76,6 +76,10 @@ struct rp_api_ops {
 	/* An Alertmanager notification: {"snapshots": [...], "skipped": [...]}. */
 	int (*alertmanager)(void *ctx, const struct rp_alert_batch *alerts, json_t **out,
 			    struct rp_err *err);
+	/* A workload's XLA profiler server (address "HOST:PORT") for the XLA
+	 * collector to pull from until process pid exits. */
+	int (*xla_register)(void *ctx, const char *address, uint32_t pid, json_t **out,
+			    struct rp_err *err);
 };
 
 struct rp_api_opts {

@@ -288,6 +288,39 @@ static const struct rp_config_key psi_keys[] = {
 	 DAEMON(psi_interval_ns)},
 };
 
+/* [xla] endpoints: a comma-separated list of HOST:PORT ([V6]:PORT). */
+static int check_xla_endpoints(const char *v, const void *value, struct rp_err *err)
+{
+	(void)value;
+	for (const char *p = v; *p;) {
+		size_t n = strcspn(p, ",");
+		const char *colon = memrchr(p, ':', n);
+		unsigned port;
+		char num[8];
+		if (!colon || colon == p || (size_t)(p + n - colon - 1) >= sizeof(num))
+			return rp_err_set(err, -EINVAL, "'%.*s' is not HOST:PORT", (int)n, p);
+		memcpy(num, colon + 1, (size_t)(p + n - colon - 1));
+		num[p + n - colon - 1] = 0;
+		if (rp_parse_uint(num, 1, 65535, &port, err) < 0)
+			return rp_err_set(err, -EINVAL, "'%.*s': the port is not 1..65535", (int)n, p);
+		p += n + (p[n] == ',');
+	}
+	return 0;
+}
+
+static const struct rp_config_key xla_keys[] = {
+	{"endpoints", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, .check = check_xla_endpoints,
+	 DAEMON(xla_endpoints)},
+	{"window", RP_CONFIG_DURATION, .min = 100 * MS, .max = 60 * SEC, .def = "1s",
+	 DAEMON(xla_window_ns)},
+	{"host_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 3, .def = "1",
+	 DAEMON(xla_host_tracer_level)},
+	{"device_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 1, .def = "1",
+	 DAEMON(xla_device_tracer_level)},
+	{"python_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 1, .def = "0",
+	 DAEMON(xla_python_tracer_level)},
+};
+
 /* ---- end of the collectors' sections ---- */
 
 static const struct rp_config_key sessions_keys[] = {
@@ -383,6 +416,7 @@ static const struct rp_config_section ring_device_section = {
 static const struct rp_config_section producers_section = {"producers", KEYS(producers_keys)};
 static const struct rp_config_section sampler_section = {"sampler", KEYS(sampler_keys)};
 static const struct rp_config_section psi_section = {"psi", KEYS(psi_keys)};
+static const struct rp_config_section xla_section = {"xla", KEYS(xla_keys)};
 static const struct rp_config_section host_metrics_section = {"host_metrics",
 							      KEYS(host_metrics_keys)};
 static const struct rp_config_section sessions_section = {"sessions", KEYS(sessions_keys)};
@@ -401,7 +435,8 @@ static const struct rp_config_section rule_section = {
 
 const struct rp_config_section *const rp_config_sections[] = {
 	&daemon_section,  &api_section,          &rings_section,    &ring_device_section,
-	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &sessions_section,
+	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &xla_section,
+	&sessions_section,
 	&alertmanager_section, &rule_section,
 };
 const size_t rp_config_nsections = sizeof(rp_config_sections) / sizeof(rp_config_sections[0]);

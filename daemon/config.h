@@ -121,6 +121,16 @@ struct rp_config {
 	/* [psi]: pressure stall information of the host, as counters */
 	bool psi_enabled;
 	uint64_t psi_interval_ns;          /* 10 ms..1 h */
+	/* [xla]: pull from XLA runtimes' profiler servers (collectors/xla) */
+	char xla_endpoints[1024];          /* "host:port,..."; "" = none configured */
+	uint64_t xla_window_ns;            /* per Profile / GetSnapshot, 100 ms..60 s */
+	unsigned xla_host_tracer_level;    /* 0..3 */
+	unsigned xla_device_tracer_level;  /* 0..1 */
+	unsigned xla_python_tracer_level;  /* 0..1 */
+/* Workloads' profiler servers registered through the API
+ * (POST /v1/xla/endpoints): <state_dir>/RP_XLA_REGISTRY_DIR/PID holds the
+ * address; the XLA collector pulls from each until PID exits. */
+#define RP_XLA_REGISTRY_DIR "xla-endpoints"
 	/* [sessions] */
 	char default_run[64];
 	uint64_t default_last_ns;    /* snapshot window when none is given */

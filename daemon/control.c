@@ -1081,6 +1081,8 @@ static int op_status(void *ctx, json_t **out, struct rp_err *err)
 			json_object_set_new(o, col.value_names[v], json_integer((json_int_t)col.values[v]));
 		if (col.reason[0])
 			json_object_set_new(o, "reason", json_string(col.reason));
+		if (col.detail[0])
+			json_object_set_new(o, "detail", json_string(col.detail));
 		json_array_append_new(collectors, o);
 	}
 	json_t *open = json_array();
@@ -1261,6 +1263,37 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 	return 0;
 }
 
+/* The registration is a file the XLA collector reads (config.h,
+ * RP_XLA_REGISTRY_DIR), written whole (a temporary file renamed): the
+ * collector never sees half an address. */
+static int op_xla_register(void *ctx, const char *address, uint32_t pid, json_t **out,
+			   struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+	snprintf(path, sizeof(path), "/proc/%u", pid);
+	if (access(path, F_OK) < 0)
+		return rp_err_set(err, -EINVAL, "process %u does not exist: register from the "
+				  "workload itself (ringprof.xla.attach())", pid);
+	snprintf(path, sizeof(path), "%s/%s", c->cfg->state_dir, RP_XLA_REGISTRY_DIR);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return rp_err_set(err, -errno, "cannot create %s: %s", path, strerror(errno));
+	snprintf(path, sizeof(path), "%s/%s/%u", c->cfg->state_dir, RP_XLA_REGISTRY_DIR, pid);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return rp_err_set(err, -errno, "cannot write %s: %s", tmp, strerror(errno));
+	bool ok = fprintf(f, "%s\n", address) > 0;
+	ok = fclose(f) == 0 && ok;
+	if (!ok || rename(tmp, path) < 0) {
+		int e = errno ? errno : EIO;
+		(void)unlink(tmp);
+		return rp_err_set(err, -e, "cannot write %s: %s", path, strerror(e));
+	}
+	*out = json_pack("{s:s, s:I}", "address", address, "pid", (json_int_t)pid);
+	return *out ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
+}
+
 const struct rp_api_ops rp_control_ops = {
 	.status = op_status,
 	.snapshot = op_snapshot,
@@ -1271,4 +1304,5 @@ const struct rp_api_ops rp_control_ops = {
 	.metrics = op_metrics,
 	.alertmanager = op_alertmanager,
 	.session_keep = op_session_keep,
+	.xla_register = op_xla_register,
 };

@@ -431,6 +431,7 @@ static void publish_collector(struct rp_rings *r, struct collector *c)
 	c->info.events = st.events;
 	c->info.lost = st.lost;
 	memcpy(c->info.values, st.values, sizeof(st.values));
+	memcpy(c->info.detail, st.detail, sizeof(st.detail));
 	pthread_mutex_unlock(&r->lock);
 }
 

@@ -53,6 +53,7 @@ struct rp_collector_info {
 	/* its own values, named by value_names (NULL-terminated; NULL: none) */
 	const char *const *value_names;
 	uint64_t values[RP_COLLECTOR_MAX_VALUES];
+	char detail[1024];      /* its own account, "" for none */
 };
 
 struct rp_rings;

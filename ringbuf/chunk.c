@@ -23,10 +23,13 @@ enum {
 	 (1u << RP_EV_GPU_ACTIVITY) | (1u << RP_EV_API_CALL) |                     \
 	 (1u << RP_EV_PROCESS_NAME) | (1u << RP_EV_THREAD_NAME) |                   \
 	 (1u << RP_EV_MAPPING) | (1u << RP_EV_PROCESS_CMDLINE) | (1u << RP_EV_DEVICE_INFO) | \
-	 (1u << RP_EV_PY_CODE))
+	 (1u << RP_EV_PY_CODE) | (1u << RP_EV_DEVICE_OP))
+/* Kinds this build knows. */
+#define KNOWN_KINDS ((1u << (RP_EV_KIND_MAX + 1)) - 2)
 
 /* Most bytes one add can write: a thread definition (11) plus either a
- * string definition (258) and a mapping record (72), or a 127-frame stack
+ * string definition (258) and a mapping record (72), three string
+ * definitions and a device op record (774 + 81), or a 127-frame stack
  * definition (1273) and a sample record (26).  Checking the target before
  * an add therefore bounds the raw size by target + ENC_MAX. */
 #define ENC_MAX 1536
@@ -446,7 +449,9 @@ static inline uint64_t sat_add(uint64_t a, uint64_t b)
 static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool force)
 {
 	unsigned kind = ev->kind;
-	if (kind < 1 || kind > RP_EV_KIND_MAX)
+	if (kind < 1 || kind > RP_EV_KIND_MAX || !(KNOWN_KINDS >> kind & 1))
+		return -EINVAL;
+	if (kind == RP_EV_DEVICE_OP && ev->u.op.end < ev->ts)
 		return -EINVAL;
 	if (kind == RP_EV_CPU_SAMPLE &&
 	    (ev->u.sample.nframes > RP_STACK_MAX || ev->u.sample.nkernel > ev->u.sample.nframes ||
@@ -472,6 +477,13 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 	uint32_t name = 0, stack = 0;
 	if ((NAMED_KINDS >> kind & 1) && ev->name)
 		name = intern_string(b, ev->name, &p);
+	uint32_t op = 0, module = 0;
+	if (kind == RP_EV_DEVICE_OP) {
+		if (ev->u.op.hlo_op)
+			op = intern_string(b, ev->u.op.hlo_op, &p);
+		if (ev->u.op.hlo_module)
+			module = intern_string(b, ev->u.op.hlo_module, &p);
+	}
 	if (kind == RP_EV_CPU_SAMPLE && ev->u.sample.nframes)
 		stack = intern_stack(b, ev->u.sample.frames, ev->u.sample.nframes,
 				     ev->u.sample.nkernel, &p);
@@ -504,6 +516,16 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 	case RP_EV_DROPS:
 		p = put_u(p, ev->u.drops.count);
 		b->dropped = sat_add(b->dropped, ev->u.drops.count);
+		break;
+	case RP_EV_DEVICE_OP:
+		p = put_u(p, op);
+		p = put_u(p, module);
+		p = put_u(p, ev->u.op.device);
+		p = put_u(p, ev->u.op.line);
+		p = put_u(p, ev->u.op.program_id);
+		p = put_u(p, ev->u.op.flops);
+		p = put_u(p, ev->u.op.bytes_accessed);
+		p = put_u(p, ev->u.op.end - ev->ts);
 		break;
 	case RP_EV_MAPPING:
 		p = put_u(p, ev->u.mapping.start);
@@ -921,6 +943,26 @@ static int get_event(struct rp_chunk_reader *r, unsigned kind, struct rp_event *
 			return rc;
 		ev->u.device.index = (uint32_t)v;
 		break;
+	case RP_EV_DEVICE_OP:
+		if ((rc = get_id(r, err, "string", r->nstr, true, &id)) < 0)
+			return rc;
+		ev->u.op.hlo_op = id ? r->names + r->str_off[id - 1] : NULL;
+		if ((rc = get_id(r, err, "string", r->nstr, true, &id)) < 0)
+			return rc;
+		ev->u.op.hlo_module = id ? r->names + r->str_off[id - 1] : NULL;
+		if ((rc = get_field(r, err, "device", UINT32_MAX, &v)) < 0)
+			return rc;
+		ev->u.op.device = (uint32_t)v;
+		if ((rc = get_field(r, err, "line", UINT32_MAX, &v)) < 0)
+			return rc;
+		ev->u.op.line = (uint32_t)v;
+		if ((rc = get_field(r, err, "program id", UINT64_MAX, &ev->u.op.program_id)) < 0 ||
+		    (rc = get_field(r, err, "flops", UINT64_MAX, &ev->u.op.flops)) < 0 ||
+		    (rc = get_field(r, err, "bytes accessed", UINT64_MAX, &ev->u.op.bytes_accessed)) < 0 ||
+		    (rc = get_field(r, err, "duration", UINT64_MAX - ev->ts, &d)) < 0)
+			return rc;
+		ev->u.op.end = ev->ts + d;
+		break;
 	default:
 		break;
 	}
@@ -956,7 +998,7 @@ int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev, struct 
 			rc = def_thread(r, err);
 			break;
 		default:
-			if (tag < 1 || tag > RP_EV_KIND_MAX) {
+			if (tag < 1 || tag > RP_EV_KIND_MAX || !(KNOWN_KINDS >> tag & 1)) {
 				r->pos = at;
 				return corrupt(r, err, "unknown record tag 0x%02x", tag);
 			}

@@ -622,10 +622,17 @@ static bool producer_event(const struct rp_drain *d, const struct rp_shmring *r,
 	/* Read once per drain, not per event: the bounds are far wider than
 	 * a drain lasts. */
 	uint64_t now = d->draining_now_ns;
-	ev->pid = rp_shmring_pid(r);
+	/* The daemon's own rings (pid 0: collectors') may name the process
+	 * an event belongs to; a workload's ring is its proven pid. */
+	if (rp_shmring_pid(r) || ev->kind != RP_EV_DEVICE_OP)
+		ev->pid = rp_shmring_pid(r);
 	ev->ts = to_host_ns(d, r, ev->ts);
 	if (!plausible_ts(ev->ts, now))
 		return false;
+	if (ev->kind == RP_EV_DEVICE_OP) {
+		ev->u.op.end = to_host_ns(d, r, ev->u.op.end);
+		return ev->u.op.end >= ev->ts && plausible_ts(ev->u.op.end, now);
+	}
 	if (ev->kind == RP_EV_GPU_ACTIVITY) {
 		ev->u.gpu.end = to_host_ns(d, r, ev->u.gpu.end);
 		if (ev->u.gpu.end < ev->ts || !plausible_ts(ev->u.gpu.end, now))

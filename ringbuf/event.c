@@ -21,6 +21,7 @@ const char *rp_event_kind_name(unsigned kind)
 		[RP_EV_PROCESS_CMDLINE] = "process_cmdline",
 		[RP_EV_DEVICE_INFO] = "device_info",
 		[RP_EV_PY_CODE] = "py_code",
+		[RP_EV_DEVICE_OP] = "device_op",
 	};
 	if (kind < sizeof(names) / sizeof(names[0]) && names[kind])
 		return names[kind];

@@ -22,7 +22,7 @@ enum rp_event_kind {
 	RP_EV_DROPS = 10,       /* pid, tid of the producer; u.drops.count */
 	/* Metadata the daemon records about sampled processes, so that their
 	 * stacks can be symbolized later, even after they exit.  Producer
-	 * rings never carry these (RP_EV_PRODUCER_KIND_MAX). */
+	 * rings never carry these (rp_event_producer_kind). */
 	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process */
 	RP_EV_PROCESS_CMDLINE = 12, /* pid, name = command line, arguments joined by spaces */
 	/* What device the ring holds (pid 0, tid 0): name = its stable id
@@ -31,8 +31,12 @@ enum rp_event_kind {
 	RP_EV_DEVICE_INFO = 13,
 	RP_EV_PY_CODE = 14,         /* pid, name = "qualname\tfile", u.py_code: what a Python
 				       frame of the process's samples runs (docs/python-frames.md) */
-	RP_EV_KIND_MAX = RP_EV_PY_CODE,
-	RP_EV_PRODUCER_KIND_MAX = RP_EV_DROPS,
+	/* An XLA op, module or step from a runtime's profiler (collectors/xla):
+	 * pid, tid (line id), name, u.op; ts is the start.  Written by the
+	 * daemon's own producer rings, so producers may carry it. */
+	RP_EV_DEVICE_OP = 15,
+	RP_EV_KIND_MAX = RP_EV_DEVICE_OP,
+	RP_EV_PRODUCER_KIND_MAX = RP_EV_DEVICE_OP,
 };
 
 enum rp_gpu_activity_kind {
@@ -50,6 +54,9 @@ enum rp_device_kind {
 	RP_DEVICE_NEURON_CORE = 4,
 	RP_DEVICE_OTHER = 5,
 };
+
+/* u.op.device of an event on the host, not on a device. */
+#define RP_OP_HOST UINT32_MAX
 
 /* Longest name kept; longer names are truncated on the way in. */
 #define RP_NAME_MAX 255
@@ -116,6 +123,15 @@ struct rp_event {
 			uint32_t index;     /* gpuN, tpuN, ncN: N; 0 for the others */
 			uint8_t kind;       /* enum rp_device_kind */
 		} device;
+		struct {
+			uint64_t end;        /* host clock ns; ts is the start */
+			/* XLA's stats; 0 or NULL when absent.  Strings are
+			 * borrowed like name and truncated to RP_NAME_MAX. */
+			const char *hlo_op, *hlo_module;
+			uint64_t program_id, flops, bytes_accessed;
+			uint32_t device;     /* N of /device:TPU:N; RP_OP_HOST */
+			uint32_t line;       /* the XLine: stream or thread id */
+		} op;
 	} u;
 };
 
@@ -148,5 +164,12 @@ const char *rp_device_kind_name(unsigned kind);
  * different one is ignored).  Other events leave id alone.  Returns
  * whether id changed. */
 bool rp_device_identity_note(struct rp_device_identity *id, const struct rp_event *ev);
+
+/* Whether a producer ring may carry kind: 1..RP_EV_DROPS and
+ * RP_EV_DEVICE_OP, never the daemon's own metadata kinds. */
+static inline int rp_event_producer_kind(unsigned kind)
+{
+	return (kind >= 1 && kind <= RP_EV_DROPS) || kind == RP_EV_DEVICE_OP;
+}
 
 #endif

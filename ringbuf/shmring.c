@@ -74,7 +74,10 @@ _Static_assert(sizeof(struct shm_hdr) <= HDR_SIZE &&
 	       "header layout as documented in shmring.h");
 _Static_assert(sizeof(struct rp_rec) == 16, "record header is 16 bytes");
 _Static_assert(sizeof(struct rp_rec_gpu) == 40 && sizeof(struct rp_rec_api) == 16 &&
-	       sizeof(struct rp_rec_sample) == 16, "payloads are multiples of 8");
+	       sizeof(struct rp_rec_sample) == 16 && sizeof(struct rp_rec_op) == 48,
+	       "payloads are multiples of 8");
+_Static_assert(sizeof(struct rp_rec) + sizeof(struct rp_rec_op) + 3 * (RP_NAME_MAX + 1) <= REC_MAX,
+	       "the longest device op fits a record");
 
 struct rp_shmring {
 	/* Set up once; read by both sides. */
@@ -111,6 +114,7 @@ static const struct {
 	[RP_EV_PROCESS_NAME] = { 0, true },
 	[RP_EV_THREAD_NAME] = { 0, true },
 	[RP_EV_DROPS] = { sizeof(uint64_t), false },
+	[RP_EV_DEVICE_OP] = { sizeof(struct rp_rec_op), true },
 };
 
 static size_t round8(size_t n)
@@ -525,7 +529,7 @@ bool rp_shm_process_name(struct rp_shmring *r, uint64_t ts, const char *name)
 bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 {
 	unsigned k = ev->kind;
-	if (k == 0 || k > RP_EV_PRODUCER_KIND_MAX)
+	if (!rp_event_producer_kind(k))
 		return false;
 	size_t nlen = kinds[k].named ? name_len(ev->name) : 0;
 	switch (k) {
@@ -570,6 +574,27 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 	case RP_EV_DROPS:
 		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &ev->u.drops.count,
 			   sizeof(uint64_t), NULL, 0, NULL, 0);
+	case RP_EV_DEVICE_OP: {
+		char text[2 * (RP_NAME_MAX + 1)];
+		size_t op = name_len(ev->u.op.hlo_op), mod = name_len(ev->u.op.hlo_module);
+		struct rp_rec_op o = {
+			.end = ev->u.op.end,
+			.program_id = ev->u.op.program_id,
+			.flops = ev->u.op.flops,
+			.bytes_accessed = ev->u.op.bytes_accessed,
+			.device = ev->u.op.device,
+			.line = ev->u.op.line,
+			.pid = ev->pid,
+			.op_len = (uint16_t)(op ? op + 1 : 0),
+			.module_len = (uint16_t)(mod ? mod + 1 : 0),
+		};
+		memcpy(text, ev->u.op.hlo_op ? ev->u.op.hlo_op : "", op);
+		text[op] = 0;
+		memcpy(text + o.op_len, ev->u.op.hlo_module ? ev->u.op.hlo_module : "", mod);
+		text[o.op_len + mod] = 0;
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &o, sizeof(o), text,
+			   (size_t)o.op_len + o.module_len, ev->name, nlen);
+	}
 	default:
 		return put(r, false, (uint8_t)k, ev->tid, ev->ts, NULL, 0, NULL, 0,
 			   ev->name, nlen);
@@ -581,7 +606,7 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
  * and name rounded up to 8. */
 static bool rec_valid(const struct rp_rec *rec)
 {
-	if (rec->kind == 0 || rec->kind > RP_EV_PRODUCER_KIND_MAX)
+	if (!rp_event_producer_kind(rec->kind))
 		return false;
 	size_t payload = kinds[rec->kind].payload;
 	if (rec->name_len && !kinds[rec->kind].named)
@@ -594,6 +619,21 @@ static bool rec_valid(const struct rp_rec *rec)
 		if (s.nframes > RP_STACK_MAX || s.nkernel > s.nframes)
 			return false;
 		payload += s.nframes * sizeof(uint64_t);
+	}
+	if (rec->kind == RP_EV_DEVICE_OP) {
+		/* Each string present ends in its NUL, within RP_NAME_MAX. */
+		struct rp_rec_op o;
+		if (rec->size < sizeof(*rec) + sizeof(o))
+			return false;
+		memcpy(&o, rec + 1, sizeof(o));
+		if (o.op_len > RP_NAME_MAX + 1 || o.module_len > RP_NAME_MAX + 1 ||
+		    rec->size < sizeof(*rec) + sizeof(o) + o.op_len + o.module_len)
+			return false;
+		const char *text = (const char *)(rec + 1) + sizeof(o);
+		if ((o.op_len && text[o.op_len - 1]) ||
+		    (o.module_len && text[o.op_len + o.module_len - 1]))
+			return false;
+		payload += (size_t)o.op_len + o.module_len;
 	}
 	return rec->size == round8(sizeof(*rec) + payload + rec->name_len);
 }
@@ -703,8 +743,25 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 	ev->ts = rec->ts;
 	ev->pid = r->pid;
 	ev->tid = rec->tid ? rec->tid : r->tid;
+	size_t name_at = kinds[rec->kind].payload;
+	if (rec->kind == RP_EV_DEVICE_OP) {
+		struct rp_rec_op o;
+		memcpy(&o, payload, sizeof(o));
+		const char *text = (const char *)payload + sizeof(o);
+		if (o.pid)
+			ev->pid = o.pid;
+		ev->u.op.end = o.end;
+		ev->u.op.program_id = o.program_id;
+		ev->u.op.flops = o.flops;
+		ev->u.op.bytes_accessed = o.bytes_accessed;
+		ev->u.op.device = o.device;
+		ev->u.op.line = o.line;
+		ev->u.op.hlo_op = o.op_len ? text : NULL;
+		ev->u.op.hlo_module = o.module_len ? text + o.op_len : NULL;
+		name_at += (size_t)o.op_len + o.module_len;
+	}
 	if (kinds[rec->kind].named) {
-		memcpy(namebuf, payload + kinds[rec->kind].payload, rec->name_len);
+		memcpy(namebuf, payload + name_at, rec->name_len);
 		namebuf[rec->name_len] = 0;
 		ev->name = namebuf;
 	}

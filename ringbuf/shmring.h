@@ -52,6 +52,14 @@ struct rp_rec_gpu {
 	uint8_t kind, pad[3];
 };
 struct rp_rec_api { uint64_t duration; uint32_t device, pad; };
+/* Followed by hlo_op and hlo_module, each with its NUL (op_len and
+ * module_len count it; 0: absent), then the name. */
+struct rp_rec_op {
+	uint64_t end, program_id, flops, bytes_accessed;
+	uint32_t device, line;
+	uint32_t pid;               /* honoured from the daemon's own rings only */
+	uint16_t op_len, module_len;
+};
 struct rp_rec_sample {
 	uint32_t pid, cpu;
 	uint16_t nframes, nkernel;

@@ -383,6 +383,7 @@ static enum section section_of(uint8_t kind)
 	case RP_EV_INSTANT:
 	case RP_EV_API_CALL:
 	case RP_EV_GPU_ACTIVITY:
+	case RP_EV_DEVICE_OP:
 		return TRACE_EVENTS;
 	case RP_EV_COUNTER:
 		return COUNTERS;
@@ -437,6 +438,43 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 		if (ev->u.gpu.kind != RP_GPU_KERNEL) {
 			PUT(o, ",\"bytes\":");
 			put_u64(o, ev->u.gpu.bytes);
+		}
+		PUT(o, "}}");
+		break;
+	case RP_EV_DEVICE_OP:
+		trace_head(o, e, ev->name, "xla_op", ev->ts, ev->u.op.end - ev->ts);
+		if (ev->u.op.device == RP_OP_HOST) {
+			rc = thread_group(o, ev);
+		} else {
+			PUT(o, ",\"group\":\"line ");
+			put_u64(o, ev->u.op.line);
+			PUT(o, "\"");
+		}
+		PUT(o, ",\"args\":{\"line\":");
+		put_u64(o, ev->u.op.line);
+		if (ev->u.op.device != RP_OP_HOST) {
+			PUT(o, ",\"device_index\":");
+			put_u64(o, ev->u.op.device);
+		}
+		static const char *const str_args[] = { "hlo_op", "hlo_module" };
+		const char *strs[] = { ev->u.op.hlo_op, ev->u.op.hlo_module };
+		for (size_t i = 0; i < 2; i++) {
+			if (!strs[i])
+				continue;
+			PUT(o, ",");
+			put_str(o, str_args[i]);
+			PUT(o, ":");
+			put_str(o, strs[i]);
+		}
+		static const char *const num_args[] = { "program_id", "flops", "bytes_accessed" };
+		const uint64_t nums[] = { ev->u.op.program_id, ev->u.op.flops, ev->u.op.bytes_accessed };
+		for (size_t i = 0; i < 3; i++) {
+			if (!nums[i])
+				continue;
+			PUT(o, ",");
+			put_str(o, num_args[i]);
+			PUT(o, ":");
+			put_u64(o, nums[i]);
 		}
 		PUT(o, "}}");
 		break;

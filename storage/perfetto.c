@@ -104,16 +104,20 @@ typedef Perfetto__Protos__InternedString InternedString;
 /* Frames, function names or modules one packet can define: a sample's. */
 #define PENDING_MAX RP_STACK_MAX
 
-enum category { CAT_ANNOTATION, CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_API, CAT_RINGPROF, NCATS };
+enum category { CAT_ANNOTATION, CAT_KERNEL, CAT_MEMCPY, CAT_MEMSET, CAT_API, CAT_RINGPROF,
+	       CAT_XLA, NCATS };
 static const char *const category_names[NCATS] = {
-	"annotation", "gpu_kernel", "gpu_memcpy", "gpu_memset", "runtime_api", "ringprof",
+	"annotation", "gpu_kernel", "gpu_memcpy", "gpu_memset", "runtime_api", "ringprof", "xla",
 };
 
-enum annotation { AN_CORRELATION, AN_BYTES, AN_STREAM, AN_DEVICE, AN_COUNT, AN_TRUNCATED, NANNOTS };
+enum annotation { AN_CORRELATION, AN_BYTES, AN_STREAM, AN_DEVICE, AN_COUNT, AN_TRUNCATED,
+		  AN_HLO_OP, AN_HLO_MODULE, AN_PROGRAM_ID, AN_FLOPS, AN_BYTES_ACCESSED, AN_LINE,
+		  NANNOTS };
 static const char *const annotation_names[NANNOTS] = {
 	"correlation", "bytes", "stream", "device", "count", "truncated",
+	"hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed", "line",
 };
-#define ANNOTS_MAX 4
+#define ANNOTS_MAX 7
 
 /* A string interned on the sequence (or, for counter names, only used
  * as a key): iid from 1, in the order first seen. */
@@ -127,7 +131,8 @@ struct str_table {
 	size_t mask, n;
 };
 
-enum track_kind { TK_PROCESS = 1, TK_THREAD, TK_SCOPE, TK_API, TK_DEVICE, TK_STREAM, TK_COUNTER };
+enum track_kind { TK_PROCESS = 1, TK_THREAD, TK_SCOPE, TK_API, TK_DEVICE, TK_STREAM, TK_COUNTER,
+		  TK_XLA };
 
 /* What a track is for; the fields a kind does not use stay 0.  ring: the
  * ring's index; gpu, index: the device and stream of GPU activity;
@@ -481,6 +486,7 @@ static bool parent_of(const struct pf *w, const struct track_key *k, struct trac
 		return processes;
 	case TK_SCOPE:
 	case TK_API:
+	case TK_XLA:
 		*parent = k->pid ? thread : device;
 		return true;
 	case TK_STREAM:
@@ -559,6 +565,13 @@ static int describe(struct pf *w, const struct track_key *k, const char *counter
 		break;
 	case TK_DEVICE:
 		snprintf(name, sizeof(name), "%s", dev->label);
+		break;
+	case TK_XLA:
+		if (k->pid)
+			snprintf(name, sizeof(name), "%s XLA%s",
+				 thread_label(w, k->pid, k->tid, thread, sizeof(thread)), lane);
+		else
+			snprintf(name, sizeof(name), "XLA line %u%s", k->tid, lane);
 		break;
 	case TK_STREAM:
 		if (k->gpu == (dev->number < 0 ? 0 : dev->number))
@@ -679,6 +692,7 @@ struct arg {
 	enum annotation name;
 	uint64_t value;
 	bool is_bool;
+	const char *str; /* a string value instead */
 };
 
 /* A TrackEvent of type on track at ts: named (slice begins, instants)
@@ -721,7 +735,10 @@ static int track_event(struct pf *w, uint64_t ts, int type, uint64_t track, cons
 		*a = (Annotation)PERFETTO__PROTOS__DEBUG_ANNOTATION__INIT;
 		a->name_field_case = PERFETTO__PROTOS__DEBUG_ANNOTATION__NAME_FIELD_NAME_IID;
 		a->name_iid = annotation_iid(w, args[i].name);
-		if (args[i].is_bool) {
+		if (args[i].str) {
+			a->value_case = PERFETTO__PROTOS__DEBUG_ANNOTATION__VALUE_STRING_VALUE;
+			a->string_value = (char *)args[i].str;
+		} else if (args[i].is_bool) {
 			a->value_case = PERFETTO__PROTOS__DEBUG_ANNOTATION__VALUE_BOOL_VALUE;
 			a->bool_value = args[i].value != 0;
 		} else {
@@ -755,12 +772,12 @@ static int gpu_activity(struct pf *w, size_t ring, const struct rp_event *ev)
 			    ev->u.gpu.kind == RP_GPU_MEMSET ? CAT_MEMSET : CAT_KERNEL;
 	struct arg args[ANNOTS_MAX];
 	size_t n = 0;
-	args[n++] = (struct arg){ AN_DEVICE, ev->u.gpu.device, false };
-	args[n++] = (struct arg){ AN_STREAM, ev->u.gpu.stream, false };
+	args[n++] = (struct arg){ AN_DEVICE, ev->u.gpu.device, false, NULL };
+	args[n++] = (struct arg){ AN_STREAM, ev->u.gpu.stream, false, NULL };
 	if (ev->u.gpu.correlation)
-		args[n++] = (struct arg){ AN_CORRELATION, ev->u.gpu.correlation, false };
+		args[n++] = (struct arg){ AN_CORRELATION, ev->u.gpu.correlation, false, NULL };
 	if (cat != CAT_KERNEL)
-		args[n++] = (struct arg){ AN_BYTES, ev->u.gpu.bytes, false };
+		args[n++] = (struct arg){ AN_BYTES, ev->u.gpu.bytes, false, NULL };
 	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid, name_of(ev), cat, args, n, 0)) < 0)
 		return rc;
 	return track_event(w, end, SLICE_END, uuid, NULL, cat, NULL, 0, 0);
@@ -774,10 +791,40 @@ static int api_call(struct pf *w, size_t ring, const struct rp_event *ev)
 	int rc = lane_uuid(w, k, ev->ts, end, &uuid);
 	if (rc < 0)
 		return rc;
-	struct arg dev = { AN_DEVICE, ev->u.api.device, false };
+	struct arg dev = { AN_DEVICE, ev->u.api.device, false, NULL };
 	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid, name_of(ev), CAT_API, &dev, 1, 0)) < 0)
 		return rc;
 	return track_event(w, end, SLICE_END, uuid, NULL, CAT_API, NULL, 0, 0);
+}
+
+/* An XLA op, module or step: a slice on its thread's XLA track (host) or
+ * its line's track (device), XLA's stats as args. */
+static int device_op(struct pf *w, size_t ring, const struct rp_event *ev)
+{
+	uint64_t uuid;
+	struct track_key k = { .kind = TK_XLA, .ring = (uint32_t)ring, .pid = ev->pid,
+			       .tid = ev->tid };
+	if (ev->u.op.device != RP_OP_HOST)
+		k = (struct track_key){ .kind = TK_XLA, .ring = (uint32_t)ring, .tid = ev->u.op.line };
+	int rc = lane_uuid(w, k, ev->ts, ev->u.op.end, &uuid);
+	if (rc < 0)
+		return rc;
+	struct arg args[ANNOTS_MAX];
+	size_t n = 0;
+	args[n++] = (struct arg){ AN_LINE, ev->u.op.line, false, NULL };
+	if (ev->u.op.hlo_op)
+		args[n++] = (struct arg){ AN_HLO_OP, 0, false, ev->u.op.hlo_op };
+	if (ev->u.op.hlo_module)
+		args[n++] = (struct arg){ AN_HLO_MODULE, 0, false, ev->u.op.hlo_module };
+	if (ev->u.op.program_id)
+		args[n++] = (struct arg){ AN_PROGRAM_ID, ev->u.op.program_id, false, NULL };
+	if (ev->u.op.flops)
+		args[n++] = (struct arg){ AN_FLOPS, ev->u.op.flops, false, NULL };
+	if (ev->u.op.bytes_accessed)
+		args[n++] = (struct arg){ AN_BYTES_ACCESSED, ev->u.op.bytes_accessed, false, NULL };
+	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid, name_of(ev), CAT_XLA, args, n, 0)) < 0)
+		return rc;
+	return track_event(w, ev->u.op.end, SLICE_END, uuid, NULL, CAT_XLA, NULL, 0, 0);
 }
 
 static int counter(struct pf *w, size_t ring, const struct rp_event *ev)
@@ -933,7 +980,7 @@ static int thread_event(struct pf *w, const struct rp_reader_event *e)
 				   0, 0);
 	case RP_EV_RANGE_END: {
 		/* Marked when the window's end cut it. */
-		struct arg cut = { AN_TRUNCATED, 1, true };
+		struct arg cut = { AN_TRUNCATED, 1, true, NULL };
 		return track_event(w, ev->ts, SLICE_END, uuid, NULL, CAT_ANNOTATION, &cut,
 				   e->truncated ? 1 : 0, 0);
 	}
@@ -942,7 +989,7 @@ static int thread_event(struct pf *w, const struct rp_reader_event *e)
 				   0, 0);
 	default: {
 		/* Drops: what the producer lost, where it noticed. */
-		struct arg count = { AN_COUNT, ev->u.drops.count, false };
+		struct arg count = { AN_COUNT, ev->u.drops.count, false, NULL };
 		return track_event(w, ev->ts, INSTANT, uuid, "dropped events", CAT_RINGPROF,
 				   &count, 1, 0);
 	}
@@ -966,6 +1013,8 @@ static int on_event(void *ctx, const struct rp_reader_event *e)
 		return api_call(w, e->device, e->ev);
 	case RP_EV_CPU_SAMPLE:
 		return cpu_sample(w, e->ev);
+	case RP_EV_DEVICE_OP:
+		return device_op(w, e->device, e->ev);
 	default:
 		return 0;
 	}

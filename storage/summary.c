@@ -25,6 +25,8 @@
 #define TOP_SELF 25
 #define TOP_TOTAL 10
 #define TOP_PROCS 20
+/* Rows of the XLA table: the ops (modules, steps) with the most time. */
+#define TOP_XLA 20
 #define FUNC_NAME_MAX 512
 /* A process's stacks look cut short when more than half of its samples
  * with user frames have only one or two of them (a frame pointer walk
@@ -38,10 +40,11 @@
 
 /* One line of the summary: a range name, a counter or an instant. */
 struct stat_entry {
-	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT */
+	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT,
+				   RP_EV_DEVICE_OP ("device: name") */
 	char *name;
 	uint64_t count;
-	uint64_t total_ns, max_ns;  /* ranges */
+	uint64_t total_ns, max_ns;  /* ranges, XLA ops */
 	uint32_t *buckets;          /* ranges: NBUCKETS */
 	double last, min, max;      /* counters */
 	uint64_t last_ts;
@@ -262,6 +265,21 @@ static int count_event(void *ctx, const struct rp_reader_event *e)
 		long i = find_stat(t, RP_EV_INSTANT, ev->name ? ev->name : "");
 		if (i >= 0)
 			t->stats[i].count++;
+		break;
+	}
+	case RP_EV_DEVICE_OP: {
+		char key[RP_NAME_MAX + 64];
+		snprintf(key, sizeof(key), "%s: %s", rp_reader_device_name(t->r, e->device),
+			 ev->name ? ev->name : "");
+		long i = find_stat(t, RP_EV_DEVICE_OP, key);
+		if (i < 0)
+			break;
+		struct stat_entry *s = &t->stats[i];
+		uint64_t d = ev->u.op.end - ev->ts;
+		s->count++;
+		s->total_ns += d;
+		if (d > s->max_ns)
+			s->max_ns = d;
 		break;
 	}
 	case RP_EV_CPU_SAMPLE:
@@ -556,6 +574,24 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 		}
 		fprintf(out, "%-28.28s %8llu %12.6g %12.6g %12.6g\n", rp_text_escape(s->name, a, sizeof(a)),
 			(unsigned long long)s->count, s->last, s->min, s->max);
+	}
+	header = false;
+	for (size_t k = 0, shown = 0; k < t->nstats && shown < TOP_XLA; k++) {
+		const struct stat_entry *s = &t->stats[k];
+		if (s->kind != RP_EV_DEVICE_OP)
+			continue;
+		if (!header) {
+			fprintf(out, "\n%-40s %8s %10s %10s %10s\n", "XLA op (device: name)", "count",
+				"total ms", "mean ms", "max ms");
+			header = true;
+		}
+		fprintf(out, "%-40.40s %8llu", rp_text_escape(s->name, a, sizeof(a)),
+			(unsigned long long)s->count);
+		print_ms(out, (double)s->total_ns);
+		print_ms(out, (double)s->total_ns / (double)s->count);
+		print_ms(out, (double)s->max_ns);
+		fputc('\n', out);
+		shown++;
 	}
 	header = false;
 	for (size_t k = 0; k < t->nstats; k++) {

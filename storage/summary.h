@@ -3,7 +3,8 @@
  * p99, max: step times at a glance), counters and instants, the top
  * functions of the CPU samples (self and total, symbolized here: see
  * symbolize.h) and CPU time per process (each sample stands for
- * 1 / cpu_sampler_hz of a second, the rate in force when it was taken);
+ * 1 / cpu_sampler_hz of a second, the rate in force when it was taken), the
+ * XLA ops (modules, steps) with the most time per device;
  * for a session several hosts wrote, each host's part in turn.  A process
  * whose stacks look cut short (most of its samples one or two user frames
  * deep) gets a warning naming the likely cause.

@@ -81,7 +81,12 @@ enum stat_id {
 	ST_START,
 	ST_STOP,
 	ST_DEVICE_UID,
-	NSTATS = ST_DEVICE_UID,
+	ST_HLO_OP,
+	ST_HLO_MODULE,
+	ST_PROGRAM_ID,
+	ST_FLOPS,
+	ST_BYTES_ACCESSED,
+	NSTATS = ST_BYTES_ACCESSED,
 };
 
 static const char *const stat_names[NSTATS + 1] = {
@@ -96,6 +101,12 @@ static const char *const stat_names[NSTATS + 1] = {
 	[ST_START] = "profile_start_time",
 	[ST_STOP] = "profile_stop_time",
 	[ST_DEVICE_UID] = "device_uid",
+	/* XLA's names, which XProf's tools look for. */
+	[ST_HLO_OP] = "hlo_op",
+	[ST_HLO_MODULE] = "hlo_module",
+	[ST_PROGRAM_ID] = "program_id",
+	[ST_FLOPS] = "flops",
+	[ST_BYTES_ACCESSED] = "bytes_accessed",
 };
 
 /* In the order lines are shown within a plane. */
@@ -104,6 +115,11 @@ enum line_role {
 	ROLE_THREAD,
 	ROLE_SAMPLES,
 	ROLE_STREAM,
+	/* A device's XLA events (RP_EV_DEVICE_OP), as XLA lays them out:
+	 * modules, ops (those with an hlo_op), and the rest by line id. */
+	ROLE_XLA_MODULES,
+	ROLE_XLA_OPS,
+	ROLE_XLA_LINE,
 };
 
 /* A stretch of the spill file. */
@@ -256,6 +272,9 @@ struct xw {
 	size_t held; /* bytes in all batches, their index included */
 	unsigned char *copy_buf;
 	uint64_t drops;
+	/* Strings that events' ref_value stats name (hlo_op, hlo_module):
+	 * stat metadata NSTATS + id on every plane. */
+	struct plane refs;
 };
 
 static int nomem(struct xw *w)
@@ -317,9 +336,8 @@ static uint64_t name_hash(const void *e) { return ((const struct name_slot *)e)-
 
 /* The event metadata id of name on plane p, made when new, shown as
  * display (NULL: as its name); 0 without memory. */
-static uint32_t intern_shown(struct xw *w, size_t p, const char *name, const char *display)
+static uint32_t intern_in(struct plane *pl, const char *name, const char *display)
 {
-	struct plane *pl = &w->planes[p];
 	if (rp_table_reserve(&pl->slots, &pl->slots_mask, pl->nnames, sizeof(*pl->slots), name_used,
 			     name_hash, RP_TABLE_FIRST) < 0)
 		return 0;
@@ -341,6 +359,11 @@ static uint32_t intern_shown(struct xw *w, size_t p, const char *name, const cha
 	pl->names[pl->nnames++] = (struct event_name){ copy, display ? copy + n : NULL };
 	pl->slots[i] = (struct name_slot){ .id = (uint32_t)pl->nnames, .hash = h };
 	return pl->slots[i].id;
+}
+
+static uint32_t intern_shown(struct xw *w, size_t p, const char *name, const char *display)
+{
+	return intern_in(&w->planes[p], name, display);
 }
 
 static uint32_t intern(struct xw *w, size_t p, const char *name)
@@ -550,6 +573,50 @@ static Tensorflow__Profiler__XStat double_stat(enum stat_id id, double v)
 	return s;
 }
 
+/* A string stat as a reference to stat metadata named str (how XLA
+ * writes hlo_op); false without memory. */
+static bool ref_stat(struct xw *w, enum stat_id id, const char *str, Tensorflow__Profiler__XStat *s)
+{
+	uint32_t ref = intern_in(&w->refs, str, NULL);
+	tensorflow__profiler__xstat__init(s);
+	s->metadata_id = id;
+	s->value_case = TENSORFLOW__PROFILER__XSTAT__VALUE_REF_VALUE;
+	s->ref_value = NSTATS + (uint64_t)ref;
+	return ref != 0;
+}
+
+/* An XLA op, module or step: on the host, on its thread's line like the
+ * runtime's API calls; on a device, on its XLA Ops, XLA Modules or own
+ * line.  The stats keep XLA's names. */
+static int on_device_op(struct xw *w, size_t p, const struct rp_event *ev)
+{
+	bool host = ev->u.op.device == RP_OP_HOST;
+	enum line_role role = host ? ROLE_THREAD
+			      : ev->u.op.hlo_op ? ROLE_XLA_OPS
+			      : ev->u.op.hlo_module ? ROLE_XLA_MODULES : ROLE_XLA_LINE;
+	size_t plane = host ? 0 : p;
+	struct line *l = get_line(w, plane, role, host ? ev->pid : 0,
+				  role == ROLE_XLA_LINE || host ? ev->tid : 0);
+	if (!l)
+		return nomem(w);
+	Tensorflow__Profiler__XStat s[5], *sp[5];
+	size_t n = 0;
+	if (ev->u.op.hlo_op && !ref_stat(w, ST_HLO_OP, ev->u.op.hlo_op, &s[n++]))
+		return nomem(w);
+	if (ev->u.op.hlo_module && !ref_stat(w, ST_HLO_MODULE, ev->u.op.hlo_module, &s[n++]))
+		return nomem(w);
+	if (ev->u.op.program_id)
+		s[n++] = u64_stat(ST_PROGRAM_ID, ev->u.op.program_id);
+	if (ev->u.op.flops)
+		s[n++] = u64_stat(ST_FLOPS, ev->u.op.flops);
+	if (ev->u.op.bytes_accessed)
+		s[n++] = u64_stat(ST_BYTES_ACCESSED, ev->u.op.bytes_accessed);
+	for (size_t i = 0; i < n; i++)
+		sp[i] = &s[i];
+	return add_event(w, l, intern(w, plane, ev->name ? ev->name : "XLA op"), ev->ts,
+			 ev->u.op.end, sp, n);
+}
+
 /* Ends l's frames from the innermost to depth keep at end. */
 static int close_frames(struct xw *w, struct line *l, unsigned keep, uint64_t end)
 {
@@ -705,6 +772,8 @@ static int on_event(void *ctx, const struct rp_reader_event *e)
 		return on_gpu(w, p, ev);
 	case RP_EV_CPU_SAMPLE:
 		return on_sample(w, ev);
+	case RP_EV_DEVICE_OP:
+		return on_device_op(w, p, ev);
 	default:
 		return 0;
 	}
@@ -929,6 +998,15 @@ static void line_header(struct xw *w, const struct out_line *o, size_t i,
 	case ROLE_SAMPLES:
 		snprintf(name, len, "CPU samples");
 		break;
+	case ROLE_XLA_MODULES:
+		snprintf(name, len, "XLA Modules");
+		break;
+	case ROLE_XLA_OPS:
+		snprintf(name, len, "XLA Ops");
+		break;
+	case ROLE_XLA_LINE:
+		snprintf(name, len, "XLA line %u", l->id);
+		break;
 	default:
 		snprintf(name, len, "%s", t ? t : "thread");
 		break;
@@ -991,6 +1069,8 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 	Tensorflow__Profiler__XPlane__EventMetadataEntry *ee = calloc(pl->nnames + 1, sizeof(*ee));
 	Tensorflow__Profiler__XPlane__EventMetadataEntry **eep = calloc(pl->nnames + 1, sizeof(*eep));
 	Tensorflow__Profiler__XEventMetadata *em = calloc(pl->nnames + 1, sizeof(*em));
+	Tensorflow__Profiler__XPlane__StatMetadataEntry *se = NULL, **sep = NULL;
+	Tensorflow__Profiler__XStatMetadata *sm = NULL;
 	int rc = idx && ee && eep && em ? 0 : nomem(w);
 	for (size_t i = 0; i < w->nlines && rc == 0; i++)
 		if (w->lines[i].plane == p && (rc = flush_batch(w, &w->lines[i])) == 0)
@@ -1011,8 +1091,14 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 	}
 
 	Tensorflow__Profiler__XPlane xp = TENSORFLOW__PROFILER__XPLANE__INIT;
-	Tensorflow__Profiler__XPlane__StatMetadataEntry se[NSTATS], *sep[NSTATS];
-	Tensorflow__Profiler__XStatMetadata sm[NSTATS];
+	size_t nsm = NSTATS + w->refs.nnames;
+	se = calloc(nsm, sizeof(*se));
+	sep = calloc(nsm, sizeof(*sep));
+	sm = calloc(nsm, sizeof(*sm));
+	if (!se || !sep || !sm) {
+		rc = nomem(w);
+		goto out;
+	}
 	xp.id = id;
 	xp.name = pl->name;
 	for (size_t i = 0; i < pl->nnames; i++) {
@@ -1028,16 +1114,16 @@ static int write_plane(struct xw *w, size_t p, int64_t id, Tensorflow__Profiler_
 	}
 	xp.n_event_metadata = pl->nnames;
 	xp.event_metadata = eep;
-	for (size_t i = 0; i < NSTATS; i++) {
+	for (size_t i = 0; i < nsm; i++) {
 		tensorflow__profiler__xstat_metadata__init(&sm[i]);
 		sm[i].id = (int64_t)i + 1;
-		sm[i].name = (char *)stat_names[i + 1];
+		sm[i].name = i < NSTATS ? (char *)stat_names[i + 1] : w->refs.names[i - NSTATS].name;
 		tensorflow__profiler__xplane__stat_metadata_entry__init(&se[i]);
 		se[i].key = sm[i].id;
 		se[i].value = &sm[i];
 		sep[i] = &se[i];
 	}
-	xp.n_stat_metadata = NSTATS;
+	xp.n_stat_metadata = nsm;
 	xp.stat_metadata = sep;
 	xp.n_stats = nstats;
 	xp.stats = stats;
@@ -1068,6 +1154,9 @@ out:
 	free(ee);
 	free(eep);
 	free(em);
+	free(se);
+	free(sep);
+	free(sm);
 	return rc;
 }
 
@@ -1134,6 +1223,10 @@ static void free_xw(struct xw *w)
 		free(w->planes[p].names);
 		free(w->planes[p].slots);
 	}
+	for (size_t i = 0; i < w->refs.nnames; i++)
+		free(w->refs.names[i].name);
+	free(w->refs.names);
+	free(w->refs.slots);
 	free(w->planes);
 	free(w->dev_plane);
 	free(w->line_tab.v);

@@ -21,11 +21,12 @@ except ImportError as e:  # a copy of the sources, not an installed package
     raise ImportError(
         f"ringprof's native part is missing ({e}): install the package with "
         "`pip install ./python` from the ringprof source tree") from e
+from . import xla
 from ._api import RingprofError, request, socket_path
 
 __all__ = [
     "RingprofError", "annotate", "instant", "counter", "connected", "dropped",
-    "start_session", "stop_session", "snapshot", "trace", "status", "socket_path",
+    "start_session", "stop_session", "snapshot", "trace", "status", "socket_path", "xla",
 ]
 
 

@@ -116,6 +116,16 @@ static int next_event(struct script *s, struct rp_event *ev, uint64_t *ts, char 
 	case RP_EV_DROPS:
 		ev->u.drops.count = byte(s);
 		break;
+	case RP_EV_DEVICE_OP:
+		ev->u.op.end = ev->ts + byte(s) * 1000ull;
+		ev->u.op.device = byte(s) % 3 == 2 ? RP_OP_HOST : byte(s) % 2;
+		ev->u.op.line = byte(s) % 3;
+		ev->u.op.hlo_op = byte(s) & 1 ? name : NULL;
+		ev->u.op.hlo_module = byte(s) & 1 ? "jit_step" : NULL;
+		ev->u.op.program_id = byte(s);
+		ev->u.op.flops = byte(s) * 1000000ull;
+		ev->u.op.bytes_accessed = byte(s);
+		break;
 	case RP_EV_MAPPING:
 		ev->u.mapping.start = 0x400000;
 		ev->u.mapping.end = 0x400000 + (byte(s) + 1) * 4096ull;

@@ -77,6 +77,15 @@ static int op_alertmanager(void *ctx, const struct rp_alert_batch *alerts, json_
 	return canned(out, err);
 }
 
+static int op_xla_register(void *ctx, const char *address, uint32_t pid, json_t **out,
+			   struct rp_err *err)
+{
+	(void)ctx;
+	(void)address;
+	(void)pid;
+	return canned(out, err);
+}
+
 static const struct rp_api_ops ops = {
 	.status = op_status,
 	.snapshot = op_snapshot,
@@ -87,6 +96,7 @@ static const struct rp_api_ops ops = {
 	.session_get = op_id,
 	.metrics = op_metrics,
 	.alertmanager = op_alertmanager,
+	.xla_register = op_xla_register,
 };
 
 static struct sockaddr_un addr = { .sun_family = AF_UNIX };

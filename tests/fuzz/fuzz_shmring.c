@@ -37,6 +37,19 @@ static void check_event(const struct rp_rec *rec, const struct rp_event *ev, str
 		for (const char *c = ev->name; *c; c++)
 			s->sum += (uint8_t)*c;
 	}
+	if (ev->kind == RP_EV_DEVICE_OP) {
+		/* Its strings lie within the record, NUL-terminated. */
+		const char *strs[] = { ev->u.op.hlo_op, ev->u.op.hlo_module };
+		for (int i = 0; i < 2; i++) {
+			if (!strs[i])
+				continue;
+			if ((const uint8_t *)strs[i] < (const uint8_t *)rec ||
+			    (const uint8_t *)strs[i] + strlen(strs[i]) >= (const uint8_t *)rec + rec->size)
+				abort();
+			for (const char *c = strs[i]; *c; c++)
+				s->sum += (uint8_t)*c;
+		}
+	}
 	if (ev->kind == RP_EV_CPU_SAMPLE) {
 		const uint8_t *end = (const uint8_t *)rec + rec->size;
 		if (ev->u.sample.nframes > RP_STACK_MAX ||

@@ -1,7 +1,8 @@
 """A JAX training loop with a profiler server, the peer of the XLA pull tests.
 
 Usage: xla_train.py PORT SECONDS [STEP_LOG [TRACE_DIR]]
-Starts jax.profiler's server on PORT (0: none), compiles a jitted train
+Starts jax.profiler's server on PORT (0: none; "attach": through
+ringprof.xla.attach(), which registers it with ringprofd), compiles a jitted train
 step, prints "ready" and then runs steps, each inside a StepTraceAnnotation
 named "train" (step_num = the step), for SECONDS.  Every 64th step is
 bracketed in STEP_LOG ("step N BEFORE AFTER", CLOCK_MONOTONIC ns read just
@@ -24,9 +25,12 @@ def train_step(w, x, y):
 
 
 def main():
-    port, seconds = int(sys.argv[1]), float(sys.argv[2])
-    if port:
-        jax.profiler.start_server(port)
+    seconds = float(sys.argv[2])
+    if sys.argv[1] == "attach":
+        import ringprof  # noqa: PLC0415
+        ringprof.xla.attach()
+    elif int(sys.argv[1]):
+        jax.profiler.start_server(int(sys.argv[1]))
     key = jax.random.PRNGKey(0)
     w = jax.random.normal(key, (64, 64))
     x = jax.random.normal(key, (128, 64))

@@ -36,6 +36,8 @@ struct fake {
 	char id[128];
 	size_t alerts;        /* alerts in the last Alertmanager notification */
 	char fingerprint[64]; /* of its first alert */
+	char xla_address[128]; /* of the last XLA registration */
+	uint32_t xla_pid;
 	int next_rc;          /* returned by the next op, then reset */
 	bool null_result;     /* return 0 without a document */
 	unsigned delay_ms;    /* how long an op takes */
@@ -143,6 +145,17 @@ static int fake_alertmanager(void *ctx, const struct rp_alert_batch *alerts, jso
 	return finish(f, "{\"snapshots\": [], \"skipped\": []}", out, err);
 }
 
+static int fake_xla_register(void *ctx, const char *address, uint32_t pid, json_t **out,
+			     struct rp_err *err)
+{
+	struct fake *f = ctx;
+	pthread_mutex_lock(&f->lock);
+	snprintf(f->xla_address, sizeof(f->xla_address), "%s", address);
+	f->xla_pid = pid;
+	pthread_mutex_unlock(&f->lock);
+	return finish(f, "{}", out, err);
+}
+
 static const struct rp_api_ops fake_ops = {
 	.status = fake_status,
 	.snapshot = fake_snapshot,
@@ -153,6 +166,7 @@ static const struct rp_api_ops fake_ops = {
 	.session_get = fake_get,
 	.metrics = fake_metrics,
 	.alertmanager = fake_alertmanager,
+	.xla_register = fake_xla_register,
 };
 
 static int start_api(struct fixture *fx, const char *tcp, const char *token, struct rp_api **out,
@@ -627,6 +641,29 @@ static void test_op_errors(void **state)
 
 /* Alertmanager's payload: unknown fields are fine there (and only
  * there); a malformed one is a 400 naming the field. */
+/* POST /v1/xla/endpoints: an address and a pid, checked before the op. */
+static void test_xla_register(void **state)
+{
+	struct fixture *fx = *state;
+	char out[4096];
+	assert_int_equal(raw_post(fx, "/v1/xla/endpoints",
+				  "{\"address\": \"127.0.0.1:9012\", \"pid\": 4242}", out, sizeof(out)),
+			 201);
+	assert_string_equal(fx->fake.xla_address, "127.0.0.1:9012");
+	assert_int_equal(fx->fake.xla_pid, 4242);
+	int calls = fx->fake.calls;
+	expect_400(fx, "/v1/xla/endpoints", "{\"pid\": 1}", "'address' is required", NULL);
+	expect_400(fx, "/v1/xla/endpoints", "{\"address\": \"nohost\", \"pid\": 1}",
+		   "HOST:PORT", NULL);
+	expect_400(fx, "/v1/xla/endpoints", "{\"address\": \"h:1,h:2\", \"pid\": 1}",
+		   "HOST:PORT", NULL);
+	expect_400(fx, "/v1/xla/endpoints", "{\"address\": \"h:1\", \"pid\": 0}", "'pid'", NULL);
+	expect_400(fx, "/v1/xla/endpoints", "{\"address\": \"h:1\"}", "'pid'", NULL);
+	expect_400(fx, "/v1/xla/endpoints", "{\"address\": \"h:1\", \"pid\": 1, \"x\": 2}", "x",
+		   NULL);
+	assert_int_equal(fx->fake.calls, calls);
+}
+
 static void test_alertmanager(void **state)
 {
 	struct fixture *fx = *state;
@@ -1062,6 +1099,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_source, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_op_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_alertmanager, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_xla_register, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_socket_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_daemon, setup, teardown),

@@ -292,7 +292,7 @@ static void load_errors(void **state)
 		 "[daemon] host_name: host name 'node/1': '/' is not allowed"},
 		{"[daemon]\nsocket = /x\n[bogus]\n", -EINVAL, 3,
 		 "unknown section [bogus]; known sections: [daemon], [api], [rings], "
-		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [sessions], [alertmanager], "
+		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [xla], [sessions], [alertmanager], "
 		 "[rule.NAME]"},
 		{"# comment\nsocket = /x\n", -EINVAL, 2, "key 'socket' is outside any section"},
 		{"[daemon]\nsocket = /x\n\npoll_interval = 2s\n", -ERANGE, 4,
@@ -361,6 +361,13 @@ static void load_errors(void **state)
 		 "[psi] enabled: 'yes' is not one of true, false"},
 		{"[psi]\ninterval = 1ms\n", -ERANGE, 2,
 		 "[psi] interval: '1ms' is less than the minimum, 10ms"},
+		{"[xla]\nendpoints = 127.0.0.1:9012,localhost\n", -EINVAL, 2,
+		 "[xla] endpoints: 'localhost' is not HOST:PORT"},
+		{"[xla]\nendpoints = host:0\n", -EINVAL, 2,
+		 "[xla] endpoints: 'host:0': the port is not 1..65535"},
+		{"[xla]\nwindow = 10ms\n", -ERANGE, 2,
+		 "[xla] window: '10ms' is less than the minimum, 100ms"},
+		{"[xla]\nhost_tracer_level = 4\n", -ERANGE, 2, "[xla] host_tracer_level: "},
 		{"[sessions]\ndefault_run = ../x\n", -EINVAL, 2,
 		 "[sessions] default_run: run name '../x': '/' is not allowed"},
 		{"[sessions]\ndefault_last = -5s\n", -EINVAL, 2,
@@ -568,6 +575,8 @@ static void round_trip(void **state)
 		"[host_metrics]\nenabled = false\ninterval = 250ms\n",
 		"[psi]\nenabled = false\ninterval = 2.5s\n",
 		"[ring.gpu1]\nmax_age = none\n[rings]\nmax_age = 2h\n[ring.gpu2]\nmax_age = 30m\n",
+		"[xla]\nendpoints = 127.0.0.1:9012,[::1]:80\nwindow = 2.5s\nhost_tracer_level = 3\n"
+		"device_tracer_level = 0\npython_tracer_level = 1\n",
 		"[sampler]\nfrequency = 999\npids = 42, 7,4194304\ncgroup = /sys/fs/cgroup/job\n",
 	};
 	char printed[96];

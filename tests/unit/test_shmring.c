@@ -679,6 +679,87 @@ static void test_corrupt(void **state)
 	rp_shmring_close(r);
 }
 
+static int check_op(void *ctx, const struct rp_shmring *r, const struct rp_rec *rec)
+{
+	unsigned *n = ctx;
+	struct rp_event ev;
+	char nb[RP_NAME_MAX + 1];
+	assert_int_equal(rp_rec_to_event(r, rec, &ev, nb), 0);
+	assert_int_equal(ev.kind, RP_EV_DEVICE_OP);
+	if ((*n)++ == 0) {
+		assert_int_equal(ev.ts, 100);
+		assert_int_equal(ev.pid, 4242); /* the record's pid */
+		assert_int_equal(ev.tid, 3);
+		assert_string_equal(ev.name, "dot.3");
+		assert_string_equal(ev.u.op.hlo_op, "dot.3");
+		assert_string_equal(ev.u.op.hlo_module, "jit_train_step");
+		assert_int_equal(ev.u.op.end, 250);
+		assert_int_equal(ev.u.op.program_id, 9);
+		assert_int_equal(ev.u.op.flops, 1 << 20);
+		assert_int_equal(ev.u.op.bytes_accessed, 4096);
+		assert_int_equal(ev.u.op.device, 2);
+		assert_int_equal(ev.u.op.line, 3);
+	} else {
+		assert_int_equal(ev.pid, 1234); /* pid 0: the ring's */
+		assert_null(ev.u.op.hlo_op);
+		assert_null(ev.u.op.hlo_module);
+		assert_int_equal(strlen(ev.name), RP_NAME_MAX);
+		assert_int_equal(ev.u.op.device, RP_OP_HOST);
+	}
+	return 0;
+}
+
+/* Device ops carry two strings of their own, each with its NUL: a record
+ * whose string lengths run past it, or whose string lacks its NUL, is
+ * corrupt. */
+static void test_device_op(void **state)
+{
+	(void)state;
+	struct rp_shmring *r = ring_new(4096, RP_SHM_CLOCK_MONOTONIC);
+	char longname[RP_NAME_MAX + 20];
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	struct rp_event op = { .kind = RP_EV_DEVICE_OP, .ts = 100, .pid = 4242, .tid = 3,
+			       .name = "dot.3",
+			       .u.op = { .end = 250, .hlo_op = "dot.3", .hlo_module = "jit_train_step",
+					 .program_id = 9, .flops = 1 << 20, .bytes_accessed = 4096,
+					 .device = 2, .line = 3 } };
+	struct rp_event host = { .kind = RP_EV_DEVICE_OP, .ts = 300, .name = longname,
+				 .u.op = { .end = 300, .device = RP_OP_HOST } };
+	assert_true(rp_shm_write_event(r, &op));
+	assert_true(rp_shm_write_event(r, &host));
+	unsigned n = 0;
+	uint64_t corrupt = 0;
+	assert_int_equal(rp_shmring_drain(r, check_op, &n, 0, &corrupt), 2);
+	assert_int_equal(corrupt, 0);
+
+	uint8_t *m = mmap(NULL, RP_SHM_HDR_SIZE + 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+			  rp_shmring_fd(r), 0);
+	assert_true(m != MAP_FAILED);
+	/* The first record starts where the drain left off. */
+	uint64_t head;
+	memcpy(&head, m + RP_SHM_OFF_HEAD, sizeof(head));
+	size_t at = RP_SHM_HDR_SIZE + (head & 4095);
+	size_t lens_at = at + sizeof(struct rp_rec) + offsetof(struct rp_rec_op, op_len);
+	struct { uint16_t op_len, module_len; } hostile[] = {
+		{ 300, 15 },  /* beyond RP_NAME_MAX + 1 */
+		{ 6, 200 },   /* past the record */
+		{ 5, 15 },    /* hlo_op without its NUL */
+	};
+	for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+		memcpy(&head, m + RP_SHM_OFF_HEAD, sizeof(head));
+		at = RP_SHM_HDR_SIZE + (head & 4095);
+		lens_at = at + sizeof(struct rp_rec) + offsetof(struct rp_rec_op, op_len);
+		assert_true(rp_shm_write_event(r, &op));
+		memcpy(m + lens_at, &hostile[i], sizeof(hostile[i]));
+		assert_int_equal(rp_shmring_drain(r, check_op, &n, 0, &corrupt), 0);
+		assert_int_equal(corrupt, i + 1);
+	}
+	assert_int_equal(n, 2);
+	munmap(m, RP_SHM_HDR_SIZE + 4096);
+	rp_shmring_close(r);
+}
+
 static void test_padding_zeroed(void **state)
 {
 	(void)state;
@@ -882,6 +963,7 @@ int main(void)
 		cmocka_unit_test(test_consumer_beat),
 		cmocka_unit_test(test_map_rejects),
 		cmocka_unit_test(test_hold_and_adopt),
+		cmocka_unit_test(test_device_op),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
