@@ -117,6 +117,11 @@ struct rp_config {
 	/* [psi]: pressure stall information of the host, as counters */
 	bool psi_enabled;
 	uint64_t psi_interval_ns;          /* 10 ms..1 h */
+	/* [gpu_pm]: CUPTI PM sampling of each GPU, as counters into gpuN */
+	bool gpu_pm_enabled;
+	uint64_t gpu_pm_interval_ns;       /* 100 us..1 s */
+	char gpu_pm_metrics[192];          /* "a, b": empty = the chip's default set */
+	uint64_t gpu_pm_hw_buffer;         /* bytes of each GPU's hardware buffer */
 	/* [sessions] */
 	char default_run[64];
 	uint64_t default_last_ns;    /* snapshot window when none is given */
