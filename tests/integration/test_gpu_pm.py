@@ -1,0 +1,121 @@
+"""GPU PM sampling (collectors/pmsample) in a real daemon.  On this host,
+which has no NVIDIA driver, it is disabled with the reason and the fix and
+the daemon runs on; against the stand-in libcuda/libcupti
+(tests/integration/fakegpu) its counters reach a snapshot in the ring
+named by nvidia-smi's index, a bad metric stops it with its name, and the
+privilege, MIG and busy refusals show in status as they should."""
+
+import ctypes
+import os
+import time
+
+import pytest
+
+from daemon_harness import Daemon
+from test_psi import collector, summary_counters
+
+FAKEGPU = os.environ.get("RINGPROF_FAKEGPU_DIR",
+                         os.path.join(os.path.dirname(__file__), "..", "..", "build", "tests",
+                                      "integration", "fakegpu"))
+QUIET = "[sampler]\nenabled = false\n[psi]\nenabled = false\n"
+
+
+def has_driver():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(has_driver(), reason="this host has an NVIDIA driver")
+def test_no_driver_disabled_with_reason(tmp_path):
+    d = Daemon(tmp_path, config=QUIET).start()
+    try:
+        pm = collector(d, "gpu_pm")
+        assert pm["state"] == "disabled", pm
+        assert "no NVIDIA driver/GPU" in pm["reason"], pm
+        assert "[gpu_pm] enabled = false" in pm["reason"], pm
+        status = d.cli("status", check=True).stdout
+        assert "gpu_pm: disabled: no NVIDIA driver/GPU" in status, status
+        assert d.alive()
+    finally:
+        d.stop()
+
+
+def test_off(tmp_path):
+    d = Daemon(tmp_path, config=QUIET + "[gpu_pm]\nenabled = false\n").start()
+    try:
+        pm = collector(d, "gpu_pm")
+        assert pm["state"] == "off" and pm["reason"] == "[gpu_pm] enabled = false", pm
+    finally:
+        d.stop()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    assert os.path.exists(os.path.join(FAKEGPU, "libcupti.so.13")), \
+        f"no stand-in libcupti in {FAKEGPU}: ninja -C build builds it"
+    monkeypatch.setenv("LD_LIBRARY_PATH", FAKEGPU)
+    return monkeypatch
+
+
+def test_counters_reach_gpu_ring(tmp_path, fake_gpu):
+    # Two GPUs whose CUDA order is the reverse of their PCI order: CUDA's
+    # device 0 is nvidia-smi's gpu1.
+    fake_gpu.setenv("FAKE_GPU_COUNT", "2")
+    d = Daemon(tmp_path, config=QUIET + "[gpu_pm]\ninterval = 1ms\n").start()
+    try:
+        pm = collector(d, "gpu_pm")
+        assert pm["state"] == "running", pm
+        deadline = time.monotonic() + 30
+        while collector(d, "gpu_pm")["events"] < 2 * 13 * 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pm = collector(d, "gpu_pm")
+        assert pm["gpus"] == 2 and pm["busy"] == 0 and pm["lost"] == 0, pm
+        rings = {r["device"] for r in d.ok("GET", "/v1/status")["rings"]}
+        assert {"gpu0", "gpu1"} <= rings, rings
+        d.cli("snapshot", "--last", "10s", "--name", "pm", check=True)
+        counters, out = summary_counters(d, "pm")
+        # The fake evaluates metric i of GH100's default set to 10 * (i + 1).
+        assert counters["gpu_pm/gr_active_cycles"][1:] == (10, 10, 10), out
+        assert counters["gpu_pm/sm_active_pct"][1:] == (30, 30, 30), out
+        for name in ("tensor_active_pct", "warps_active_pct", "dram_throughput_pct",
+                     "dram_read_bytes", "pcie_write_bytes", "nvlink_tx_bytes",
+                     "sm_throughput_pct"):
+            assert counters["gpu_pm/" + name][0] >= 20, (name, out)
+    finally:
+        d.stop()
+
+
+def test_bad_metric_named(tmp_path, fake_gpu):
+    d = Daemon(tmp_path, config=QUIET +
+               "[gpu_pm]\nmetrics = sm__cycles_active.avg, sm__bogus.sum\n").start()
+    try:
+        pm = collector(d, "gpu_pm")
+        assert pm["state"] == "disabled", pm
+        assert "metric 'sm__bogus.sum' is not a PM sampling metric of GH100" in pm["reason"], pm
+        assert "sm__bogus.sum" in d.cli("status", check=True).stdout
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("result,state,words", [
+    (35, "disabled", "NVreg_RestrictProfilingToAdminUsers=0"),
+    (43, "disabled", "MIG"),
+    (26, "running", "dcgmi profile --pause"),
+])
+def test_refusals(tmp_path, fake_gpu, result, state, words):
+    fake_gpu.setenv("FAKE_PM_ENABLE_RESULT", str(result))
+    d = Daemon(tmp_path, config=QUIET).start()
+    try:
+        pm = collector(d, "gpu_pm")
+        assert pm["state"] == state, pm
+        if state == "disabled":
+            assert words in pm["reason"], pm
+        else:
+            # Held by another profiler: running, counted busy, retried, said in the log.
+            assert pm["busy"] == 1 and pm["events"] == 0, pm
+            assert words in open(d.log).read()
+    finally:
+        d.stop()
