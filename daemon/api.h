@@ -76,6 +76,9 @@ struct rp_api_ops {
 	/* An Alertmanager notification: {"snapshots": [...], "skipped": [...]}. */
 	int (*alertmanager)(void *ctx, const struct rp_alert_batch *alerts, json_t **out,
 			    struct rp_err *err);
+	/* POST /v1/collectors/NAME/pause and /resume. */
+	int (*collector_pause)(void *ctx, const char *name, bool paused, json_t **out,
+			       struct rp_err *err);
 };
 
 struct rp_api_opts {

@@ -1261,6 +1261,16 @@ static int op_metrics(void *ctx, char **text, struct rp_err *err)
 	return 0;
 }
 
+static int op_collector_pause(void *ctx, const char *name, bool paused, json_t **out,
+			      struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	int rc = rp_rings_collector_pause(c->rings, name, paused, err);
+	if (rc == 0)
+		*out = json_pack("{s:s, s:b}", "collector", name, "paused", paused);
+	return rc;
+}
+
 const struct rp_api_ops rp_control_ops = {
 	.status = op_status,
 	.snapshot = op_snapshot,
@@ -1271,4 +1281,5 @@ const struct rp_api_ops rp_control_ops = {
 	.metrics = op_metrics,
 	.alertmanager = op_alertmanager,
 	.session_keep = op_session_keep,
+	.collector_pause = op_collector_pause,
 };

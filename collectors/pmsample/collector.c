@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "collector.h"
@@ -41,6 +42,7 @@ struct gpu {
 	pthread_t thread;
 	bool thread_started;
 	atomic_bool busy;
+	atomic_bool sampling;           /* a session is live */
 	atomic_uint_least64_t events;
 	atomic_uint_least64_t overflows;
 };
@@ -53,11 +55,12 @@ struct gpu_pm {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	bool stop;                      /* guarded by lock */
+	atomic_bool paused;             /* POST /v1/collectors/gpu_pm/pause */
 	struct gpu gpus[MAX_GPUS];
 	size_t ngpus;
 };
 
-static const char *const value_names[] = { "gpus", "busy", "overflows", NULL };
+static const char *const value_names[] = { "gpus", "busy", "overflows", "paused", NULL };
 
 static void put_sample(void *ctx, uint64_t start_ts, uint64_t end_ts, const double *values,
 		       size_t n)
@@ -97,10 +100,27 @@ static void *gpu_main(void *arg)
 	uint64_t retry_ns = RETRY_MIN_NS, logged = 0;
 	while (wait_ns(pm, g->session.object ? DECODE_PERIOD_NS : 0)) {
 		struct rp_err err = { 0 };
+		if (atomic_load(&pm->paused)) {
+			/* the counters go back to the GPU for another profiler */
+			rp_pm_session_stop(&g->session);
+			atomic_store(&g->sampling, false);
+			atomic_store(&g->busy, false);
+			if (!wait_ns(pm, RETRY_MIN_NS))
+				break;
+			continue;
+		}
 		if (!g->session.object) {
-			int rc = start_session(g, &err);
+			/* Said before the session starts, and paused read after: a
+			 * pause either sees it or is seen (pause()). */
+			atomic_store(&g->sampling, true);
+			int rc = atomic_load(&pm->paused) ? -EINTR : start_session(g, &err);
 			atomic_store(&g->busy, rc == -EBUSY);
+			if (rc == -EINTR) {
+				atomic_store(&g->sampling, false);
+				continue;
+			}
 			if (rc < 0) {
+				atomic_store(&g->sampling, false);
 				fprintf(stderr, "ringprofd: GPU PM sampling of gpu%u: %s\n", g->index,
 					err.msg);
 				if (!wait_ns(pm, retry_ns))
@@ -122,6 +142,7 @@ static void *gpu_main(void *arg)
 				logged = now;
 			}
 			rp_pm_session_stop(&g->session);
+			atomic_store(&g->sampling, false);
 		}
 		atomic_store(&g->overflows, g->session.overflows);
 	}
@@ -267,7 +288,9 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 		/* A first session here, so that a GPU that can never be sampled
 		 * (privileges, MIG) disables the collector with the fix in
 		 * status; a busy one is retried by its thread. */
-		if (rc == 0 && (rc = start_session(g, why)) == -EBUSY) {
+		if (rc == 0 && (rc = start_session(g, why)) == 0)
+			atomic_store(&g->sampling, true);
+		if (rc == -EBUSY) {
 			fprintf(stderr, "ringprofd: GPU PM sampling of gpu%u: %s\n", g->index, why->msg);
 			atomic_store(&g->busy, true);
 			rc = 0;
@@ -304,6 +327,32 @@ static void stats(void *state, struct rp_collector_stats *st)
 		st->values[1] += atomic_load(&g->busy);
 		st->values[2] += atomic_load(&g->overflows);
 	}
+	st->values[3] = atomic_load(&pm->paused);
+}
+
+/* Paused: returns once every GPU's session is released, so that the
+ * caller can start Nsight Compute (or DCGM) right after. */
+static int pause(void *state, bool paused, struct rp_err *err)
+{
+	struct gpu_pm *pm = state;
+	atomic_store(&pm->paused, paused);
+	pthread_mutex_lock(&pm->lock);
+	pthread_cond_broadcast(&pm->wake);
+	pthread_mutex_unlock(&pm->lock);
+	for (unsigned waited_ms = 0; paused; waited_ms += 10) {
+		bool sampling = false;
+		for (size_t i = 0; i < pm->ngpus; i++)
+			sampling |= atomic_load(&pm->gpus[i].sampling);
+		if (!sampling)
+			break;
+		if (waited_ms >= 10000)
+			return rp_err_set(err, -ETIMEDOUT, "paused, but a GPU's PM session was not "
+					  "released within 10 s; try again");
+		nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
+	}
+	fprintf(stderr, "ringprofd: GPU PM sampling %s through the API\n",
+		paused ? "paused" : "resumed");
+	return 0;
 }
 
 static void stop(void *state)
@@ -320,5 +369,6 @@ const struct rp_collector rp_gpu_pm_collector = {
 	.off = off,
 	.start = start,
 	.stats = stats,
+	.pause = pause,
 	.stop = stop,
 };

@@ -52,6 +52,15 @@ def test_off(tmp_path):
         d.stop()
 
 
+def wait_for(d, cond, timeout=30):
+    """The gpu_pm collector's status once cond holds (asserted)."""
+    deadline = time.monotonic() + timeout
+    while not cond(pm := collector(d, "gpu_pm")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cond(pm), pm
+    return pm
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
     assert os.path.exists(os.path.join(FAKEGPU, "libcupti.so.13")), \
@@ -109,7 +118,7 @@ def test_refusals(tmp_path, fake_gpu, result, state, words):
     fake_gpu.setenv("FAKE_PM_ENABLE_RESULT", str(result))
     d = Daemon(tmp_path, config=QUIET).start()
     try:
-        pm = collector(d, "gpu_pm")
+        pm = wait_for(d, lambda pm: pm["state"] != "running" or pm["busy"] == 1)
         assert pm["state"] == state, pm
         if state == "disabled":
             assert words in pm["reason"], pm
@@ -117,5 +126,39 @@ def test_refusals(tmp_path, fake_gpu, result, state, words):
             # Held by another profiler: running, counted busy, retried, said in the log.
             assert pm["busy"] == 1 and pm["events"] == 0, pm
             assert words in open(d.log).read()
+    finally:
+        d.stop()
+
+
+def test_pause_resume(tmp_path, fake_gpu):
+    """POST /v1/collectors/gpu_pm/pause releases the GPUs' sessions for
+    another profiler (Nsight Compute) and stops the counters; /resume
+    brings them back."""
+    d = Daemon(tmp_path, config=QUIET).start()
+    try:
+        deadline = time.monotonic() + 30
+        while collector(d, "gpu_pm")["events"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert d.ok("POST", "/v1/collectors/gpu_pm/pause") == {"collector": "gpu_pm",
+                                                                "paused": True}
+        # Status shows the stats of the ingest thread's last round.
+        pm = wait_for(d, lambda pm: pm["paused"] == 1)
+        assert pm["state"] == "running", pm
+        # The pause returned once no session was left: nothing comes after
+        # what the ingest thread had not counted yet.
+        time.sleep(0.3)
+        before = collector(d, "gpu_pm")["events"]
+        time.sleep(0.5)
+        assert collector(d, "gpu_pm")["events"] == before
+        assert d.ok("POST", "/v1/collectors/gpu_pm/resume")["paused"] is False
+        pm = wait_for(d, lambda pm: pm["events"] > before and pm["paused"] == 0)
+        assert "GPU PM sampling paused through the API" in open(d.log).read()
+        # Only a running collector with a pause; others say so.
+        status, body = d.request("POST", "/v1/collectors/nope/pause")
+        assert status == 404 and "no collector nope" in body["error"]["message"], body
+        status, body = d.request("POST", "/v1/collectors/host_metrics/pause")
+        assert status == 400 and "cannot be paused" in body["error"]["message"], body
+        status, body = d.request("POST", "/v1/collectors/gpu_pm/stop")
+        assert status == 404, body
     finally:
         d.stop()
