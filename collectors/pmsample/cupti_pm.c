@@ -73,11 +73,10 @@ int rp_cupti_open(struct rp_cupti *c, bool with_cuda, struct rp_err *why)
 	return rc;
 }
 
+/* Neither library is unloaded: libcupti keeps threads and atexit
+ * handlers, and pointers into libcuda. */
 void rp_cupti_close(struct rp_cupti *c)
 {
-	/* libcupti is not unloaded: it keeps threads and atexit handlers */
-	if (c->cuda)
-		(void)dlclose(c->cuda);
 	memset(c, 0, sizeof(*c));
 }
 

@@ -16,12 +16,27 @@
 
 #include "pm.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 static struct rp_cupti cupti;
 static bool have_cupti;
 
 static int setup(void **state)
 {
 	(void)state;
+#ifdef UNDER_ASAN
+	/* libcupti dlopens libnvperf_host.so with RTLD_DEEPBIND, which ASan
+	 * refuses by ending the process (google/sanitizers#611): the plain
+	 * build runs the host-side cases. */
+	printf("# built with ASan, which cannot load libcupti: host-side cases skipped\n");
+	return 0;
+#endif
 	struct rp_err why = { 0 };
 	have_cupti = rp_cupti_open(&cupti, false, &why) == 0;
 	if (!have_cupti)
