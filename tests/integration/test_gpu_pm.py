@@ -6,6 +6,7 @@ named by nvidia-smi's index, a bad metric stops it with its name, and the
 privilege, MIG and busy refusals show in status as they should."""
 
 import ctypes
+import json
 import os
 import time
 
@@ -84,11 +85,19 @@ def test_counters_reach_gpu_ring(tmp_path, fake_gpu):
         assert pm["gpus"] == 2 and pm["busy"] == 0 and pm["lost"] == 0, pm
         rings = {r["device"] for r in d.ok("GET", "/v1/status")["rings"]}
         assert {"gpu0", "gpu1"} <= rings, rings
-        d.cli("snapshot", "--last", "10s", "--name", "pm", check=True)
+        snap = json.loads(d.cli("snapshot", "--last", "10s", "--name", "pm", "--json",
+                                check=True).stdout)
+        export = tmp_path / "pm.json"
+        d.cli("export", snap["path"], "--format", "json", "-o", str(export), check=True)
+        by_ring = {}
+        for c in json.load(open(export))["counters"]:
+            by_ring.setdefault((c["device"], c["name"]), set()).add(c["value"])
+        # The fake evaluates metric i of GH100's default set on CUDA device d
+        # to 1000 * d + 10 * (i + 1): CUDA's device 1 is nvidia-smi's gpu0.
+        assert by_ring[("gpu0", "gpu_pm/gr_active_cycles")] == {1010}, by_ring
+        assert by_ring[("gpu1", "gpu_pm/gr_active_cycles")] == {10}, by_ring
+        assert by_ring[("gpu1", "gpu_pm/sm_active_pct")] == {30}, by_ring
         counters, out = summary_counters(d, "pm")
-        # The fake evaluates metric i of GH100's default set to 10 * (i + 1).
-        assert counters["gpu_pm/gr_active_cycles"][1:] == (10, 10, 10), out
-        assert counters["gpu_pm/sm_active_pct"][1:] == (30, 30, 30), out
         for name in ("tensor_active_pct", "warps_active_pct", "dram_throughput_pct",
                      "dram_read_bytes", "pcie_write_bytes", "nvlink_tx_bytes",
                      "sm_throughput_pct"):

@@ -6,8 +6,9 @@
  * CUDA ordinal rises, so nvidia-smi's order is the reverse of CUDA's.
  * FAKE_PM_ENABLE_RESULT: what cuptiPmSamplingEnable returns (default 0).
  * A metric whose name holds "bogus" is refused.  Each decode hands out
- * SAMPLES samples ending now, 1 ms apart; metric i evaluates to
- * 10 * (i + 1). */
+ * SAMPLES samples ending now, 1 ms apart; metric i of CUDA device d
+ * evaluates to 1000 * d + 10 * (i + 1) (the device travels in the counter
+ * availability image to the host object). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,7 +43,7 @@ EXPORT int cuDeviceGetAttribute(int *v, int attr, int dev)
 
 /* ---- libcupti: host side ---- */
 static const char *const chips[] = { "GH100" };
-static int host_object;
+static int host_objects[64];   /* one per device: its ordinal */
 
 EXPORT int cuptiGetResultString(int r, const char **s) { (void)r; *s = "CUPTI_ERROR_FAKE"; return 0; }
 EXPORT int cuptiGetTimestamp(uint64_t *ts) { *ts = realtime_ns(); return 0; }
@@ -52,7 +53,13 @@ EXPORT int cuptiProfilerHostGetSupportedChips(struct rp_cupti_supported_chips *p
 	p->ppChipNames = chips;
 	return 0;
 }
-EXPORT int cuptiProfilerHostInitialize(struct rp_cupti_host_init *p) { p->pHostObject = &host_object; return 0; }
+EXPORT int cuptiProfilerHostInitialize(struct rp_cupti_host_init *p)
+{
+	int device = p->pCounterAvailabilityImage ? p->pCounterAvailabilityImage[0] : 0;
+	host_objects[device] = device;
+	p->pHostObject = &host_objects[device];
+	return 0;
+}
 EXPORT int cuptiProfilerHostDeinitialize(struct rp_cupti_host_object *p) { (void)p; return 0; }
 EXPORT int cuptiProfilerHostGetMetricProperties(struct rp_cupti_metric_properties *p) { (void)p; return 0; }
 EXPORT int cuptiProfilerHostConfigAddMetrics(struct rp_cupti_add_metrics *p)
@@ -68,7 +75,7 @@ EXPORT int cuptiProfilerHostGetNumOfPasses(struct rp_cupti_num_passes *p) { p->n
 EXPORT int cuptiProfilerHostEvaluateToGpuValues(struct rp_cupti_evaluate *p)
 {
 	for (size_t i = 0; i < p->numMetrics; i++)
-		p->pMetricValues[i] = 10.0 * (double)(i + 1);
+		p->pMetricValues[i] = 1000.0 * *(int *)p->pHostObject + 10.0 * (double)(i + 1);
 	return 0;
 }
 
@@ -82,7 +89,7 @@ EXPORT int cuptiDeviceGetChipName(struct rp_cupti_chip_name *p) { p->pChipName =
 EXPORT int cuptiPmSamplingGetCounterAvailability(struct rp_pm_availability *p)
 {
 	if (p->pCounterAvailabilityImage)
-		memset(p->pCounterAvailabilityImage, 0, p->counterAvailabilityImageSize);
+		memset(p->pCounterAvailabilityImage, (int)p->deviceIndex, p->counterAvailabilityImageSize);
 	p->counterAvailabilityImageSize = 16;
 	return 0;
 }
