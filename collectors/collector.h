@@ -97,6 +97,10 @@ struct rp_collector {
 	/* Ingest thread after each round (thread-safe for a collector with a
 	 * thread of its own). */
 	void (*stats)(void *state, struct rp_collector_stats *st);
+	/* Optional, any thread (thread-safe): stop recording until resumed,
+	 * releasing what others may want (POST /v1/collectors/NAME/pause and
+	 * /resume). */
+	int (*pause)(void *state, bool paused, struct rp_err *err);
 	void (*stop)(void *state);
 };
 

@@ -6,6 +6,7 @@
 	X(rp_cpu_collector)          /* cpu/: the eBPF CPU sampler */        \
 	X(rp_hostmetrics_collector)  /* hostmetrics/: CPU and memory use */ \
 	X(rp_psi_collector)          /* psi/: pressure stall information */ \
+	X(rp_gpu_pm_collector)       /* pmsample/: GPU PM sampling (CUPTI) */ \
 	X(rp_xla_collector)          /* xla/: XLA runtimes' profiler servers */
 
 #define DECLARE(ops) extern const struct rp_collector ops;

@@ -58,7 +58,7 @@
 
 enum op {
 	OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS,
-	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN, OP_XLA_REGISTER,
+	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN, OP_XLA_REGISTER, OP_PAUSE, OP_RESUME,
 };
 
 struct rp_api;
@@ -682,7 +682,7 @@ struct resource {
 
 static bool resolve(const char *url, struct resource *r)
 {
-	static const char sessions[] = "/v1/sessions/";
+	static const char sessions[] = "/v1/sessions/", collectors[] = "/v1/collectors/";
 	*r = (struct resource){ .get = OP_NONE, .post = OP_NONE };
 	if (!strcmp(url, "/v1/status")) {
 		r->get = OP_STATUS;
@@ -699,6 +699,19 @@ static bool resolve(const char *url, struct resource *r)
 		r->post = OP_SHUTDOWN;
 	} else if (!strcmp(url, "/v1/xla/endpoints")) {
 		r->post = OP_XLA_REGISTER;
+	} else if (!strncmp(url, collectors, sizeof(collectors) - 1)) {
+		/* /v1/collectors/NAME/pause and /resume */
+		r->id = url + sizeof(collectors) - 1;
+		const char *slash = strchr(r->id, '/');
+		r->id_len = slash ? (size_t)(slash - r->id) : 0;
+		if (r->id_len == 0)
+			return false;
+		if (!strcmp(slash, "/pause"))
+			r->post = OP_PAUSE;
+		else if (!strcmp(slash, "/resume"))
+			r->post = OP_RESUME;
+		else
+			return false;
 	} else if (!strncmp(url, sessions, sizeof(sessions) - 1)) {
 		r->id = url + sizeof(sessions) - 1;
 		const char *slash = strchr(r->id, '/');
@@ -906,6 +919,14 @@ static enum MHD_Result dispatch(struct rp_api *api, struct request *rq)
 			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "session id", &err);
 		if (rc == 0)
 			rc = ops->session_keep(api->ctx, rq->id, &out, &err);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
+	case OP_PAUSE:
+	case OP_RESUME:
+		rc = parse_empty(rq, "POST /v1/collectors/NAME/pause or /resume", &err);
+		if (rc == 0)
+			rc = rp_check_name(rq->id, RP_NAME_LEN - 1, "collector name", &err);
+		if (rc == 0)
+			rc = ops->collector_pause(api->ctx, rq->id, rq->op == OP_PAUSE, &out, &err);
 		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	case OP_SHUTDOWN: {
 		rc = parse_empty(rq, "POST /v1/shutdown", &err);

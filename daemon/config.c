@@ -321,6 +321,16 @@ static const struct rp_config_key xla_keys[] = {
 	 DAEMON(xla_python_tracer_level)},
 };
 
+static const struct rp_config_key gpu_pm_keys[] = {
+	{"enabled", RP_CONFIG_BOOL, .def = "true", DAEMON(gpu_pm_enabled)},
+	{"interval", RP_CONFIG_DURATION, .min = 100000, .max = SEC, .def = "1ms",
+	 DAEMON(gpu_pm_interval_ns)},
+	/* Empty: the validated single-pass set of the GPU's chip. */
+	{"metrics", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, DAEMON(gpu_pm_metrics)},
+	{"hw_buffer", RP_CONFIG_SIZE, .min = MiB, .max = 4096 * MiB, .def = "64MiB",
+	 DAEMON(gpu_pm_hw_buffer)},
+};
+
 /* ---- end of the collectors' sections ---- */
 
 static const struct rp_config_key sessions_keys[] = {
@@ -417,6 +427,7 @@ static const struct rp_config_section producers_section = {"producers", KEYS(pro
 static const struct rp_config_section sampler_section = {"sampler", KEYS(sampler_keys)};
 static const struct rp_config_section psi_section = {"psi", KEYS(psi_keys)};
 static const struct rp_config_section xla_section = {"xla", KEYS(xla_keys)};
+static const struct rp_config_section gpu_pm_section = {"gpu_pm", KEYS(gpu_pm_keys)};
 static const struct rp_config_section host_metrics_section = {"host_metrics",
 							      KEYS(host_metrics_keys)};
 static const struct rp_config_section sessions_section = {"sessions", KEYS(sessions_keys)};
@@ -435,8 +446,8 @@ static const struct rp_config_section rule_section = {
 
 const struct rp_config_section *const rp_config_sections[] = {
 	&daemon_section,  &api_section,          &rings_section,    &ring_device_section,
-	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &xla_section,
-	&sessions_section,
+	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &gpu_pm_section,
+	&xla_section, &sessions_section,
 	&alertmanager_section, &rule_section,
 };
 const size_t rp_config_nsections = sizeof(rp_config_sections) / sizeof(rp_config_sections[0]);

@@ -127,6 +127,11 @@ struct rp_config {
 	unsigned xla_host_tracer_level;    /* 0..3 */
 	unsigned xla_device_tracer_level;  /* 0..1 */
 	unsigned xla_python_tracer_level;  /* 0..1 */
+	/* [gpu_pm]: CUPTI PM sampling of each GPU, as counters into gpuN */
+	bool gpu_pm_enabled;
+	uint64_t gpu_pm_interval_ns;       /* 100 us..1 s */
+	char gpu_pm_metrics[192];          /* "a, b": empty = the chip's default set */
+	uint64_t gpu_pm_hw_buffer;         /* bytes of each GPU's hardware buffer */
 /* Workloads' profiler servers registered through the API
  * (POST /v1/xla/endpoints): <state_dir>/RP_XLA_REGISTRY_DIR/PID holds the
  * address; the XLA collector pulls from each until PID exits. */

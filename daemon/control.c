@@ -1294,6 +1294,16 @@ static int op_xla_register(void *ctx, const char *address, uint32_t pid, json_t 
 	return *out ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
 }
 
+static int op_collector_pause(void *ctx, const char *name, bool paused, json_t **out,
+			      struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	int rc = rp_rings_collector_pause(c->rings, name, paused, err);
+	if (rc == 0)
+		*out = json_pack("{s:s, s:b}", "collector", name, "paused", paused);
+	return rc;
+}
+
 const struct rp_api_ops rp_control_ops = {
 	.status = op_status,
 	.snapshot = op_snapshot,
@@ -1305,4 +1315,5 @@ const struct rp_api_ops rp_control_ops = {
 	.alertmanager = op_alertmanager,
 	.session_keep = op_session_keep,
 	.xla_register = op_xla_register,
+	.collector_pause = op_collector_pause,
 };

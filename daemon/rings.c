@@ -1005,6 +1005,27 @@ int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info 
 	return 0;
 }
 
+int rp_rings_collector_pause(struct rp_rings *r, const char *name, bool paused,
+			     struct rp_err *err)
+{
+	int rc = rp_err_set(err, -ENOENT, "no collector %s: `ringprof status` lists them", name);
+	pthread_mutex_lock(&r->lock);
+	for (unsigned i = 0; i < r->ncollectors; i++) {
+		const struct collector *c = &r->collectors[i];
+		if (strcmp(c->ops->name, name))
+			continue;
+		if (!c->ops->pause)
+			rc = rp_err_set(err, -EINVAL, "collector %s cannot be paused", name);
+		else if (!c->state)
+			rc = rp_err_set(err, -EINVAL, "collector %s is not running (%s: %s)", name,
+					c->info.state, c->info.reason);
+		else
+			rc = c->ops->pause(c->state, paused, err);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
 void rp_rings_producer_metrics(struct rp_rings *r, FILE *f)
 {
 	struct rp_producer_stats st;

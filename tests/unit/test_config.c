@@ -292,7 +292,7 @@ static void load_errors(void **state)
 		 "[daemon] host_name: host name 'node/1': '/' is not allowed"},
 		{"[daemon]\nsocket = /x\n[bogus]\n", -EINVAL, 3,
 		 "unknown section [bogus]; known sections: [daemon], [api], [rings], "
-		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [xla], [sessions], [alertmanager], "
+		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [gpu_pm], [xla], [sessions], [alertmanager], "
 		 "[rule.NAME]"},
 		{"# comment\nsocket = /x\n", -EINVAL, 2, "key 'socket' is outside any section"},
 		{"[daemon]\nsocket = /x\n\npoll_interval = 2s\n", -ERANGE, 4,
