@@ -1,30 +1,43 @@
-"""libringprof-cupti.so in a process on a host without a CUDA driver:
-loaded as the driver would (InitializeInjection) with the real libcupti of
-the toolkit, it says why it records nothing in one stderr line, and the
-program runs and exits normally."""
+"""libringprof-cupti.so (collectors/cupti, docs/gpu.md) in a process on a
+host without a GPU: with the toolkit's real libcupti and no driver it says
+why it records nothing in one stderr line and the program runs normally;
+with the stand-in libcupti and driver of cupti_stub/ (records built from
+the real cupti_activity.h structs) its records reach the real daemon in
+the ring of the physical GPU, and another CUPTI subscriber makes it stand
+aside, visibly."""
 import os
 import subprocess
 
 import pytest
 
-SO = os.environ.get("RINGPROF_CUPTI_SO")
-LOADER = os.environ.get("RINGPROF_CUPTI_LOADER")
+from conftest import CONFIG
+from daemon_harness import BUILD, Daemon, dump
+
+SO = os.path.join(BUILD, "collectors", "cupti", "libringprof-cupti.so")
+LOADER = os.path.join(BUILD, "tests", "cupti-loader")
+STUB = os.path.join(BUILD, "tests", "integration", "cupti_stub")
+FAKE_CUPTI = os.path.join(STUB, "libfakecupti.so")
 CUPTI = "/usr/local/cuda/lib64/libcupti.so.13"
 
-pytestmark = pytest.mark.skipif(not SO or not LOADER,
+pytestmark = pytest.mark.skipif(not os.path.exists(SO) or not os.path.exists(LOADER),
                                 reason="built without the CUPTI headers")
 
 
-def run(env_extra):
-    env = dict(os.environ)
+def run(env_extra, base=None):
+    env = dict(base if base is not None else os.environ)
     env.pop("RINGPROF_QUIET", None)
     env.update(env_extra)
-    return subprocess.run([LOADER, SO], env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([LOADER, SO], env=env, capture_output=True, text=True, timeout=60)
 
 
-def lines_of(stderr):
+def said(stderr):
     return [l for l in stderr.splitlines() if l.startswith("ringprof-cupti:")]
+
+
+def assert_ran(r):
+    assert r.returncode == 0, r.stderr
+    assert "InitializeInjection=1" in r.stdout
+    assert "workload done 499999500000" in r.stdout
 
 
 def test_exports_only_its_entry_points():
@@ -37,25 +50,74 @@ def test_exports_only_its_entry_points():
 @pytest.mark.skipif(not os.path.exists(CUPTI), reason="no libcupti.so.13 here")
 def test_real_libcupti_without_driver():
     r = run({"RINGPROF_CUPTI_LIB": CUPTI})
-    assert r.returncode == 0, r.stderr
-    assert "InitializeInjection=1" in r.stdout
-    assert "workload done 499999500000" in r.stdout
-    said = lines_of(r.stderr)
-    assert len(said) == 1, r.stderr
-    assert "no CUDA driver" in said[0] or "CUPTI" in said[0]
-    assert "not recorded" in said[0]
+    assert_ran(r)
+    lines = said(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert "no CUDA driver" in lines[0] and "not recorded" in lines[0]
 
 
 def test_missing_libcupti():
     r = run({"RINGPROF_CUPTI_LIB": "/nonexistent/libcupti.so.13"})
-    assert r.returncode == 0, r.stderr
-    assert "workload done" in r.stdout
-    said = lines_of(r.stderr)
-    assert len(said) == 1 and "libcupti not found" in said[0], r.stderr
-    assert "RINGPROF_CUPTI_LIB" in said[0]
+    assert_ran(r)
+    lines = said(r.stderr)
+    assert len(lines) == 1 and "libcupti not found" in lines[0], r.stderr
+    assert "RINGPROF_CUPTI_LIB" in lines[0]
 
 
 def test_quiet():
     r = run({"RINGPROF_CUPTI_LIB": "/nonexistent/libcupti.so.13", "RINGPROF_QUIET": "1"})
-    assert r.returncode == 0 and "workload done" in r.stdout
-    assert lines_of(r.stderr) == []
+    assert_ran(r)
+    assert said(r.stderr) == []
+
+
+def stand_in(d, **extra):
+    env = {"LD_LIBRARY_PATH": STUB, "RINGPROF_CUPTI_LIB": FAKE_CUPTI}
+    env.update(extra)
+    return run(env, base=d.env())
+
+
+def snapshot(d, name):
+    import json
+    r = d.cli("snapshot", "--last", "60s", "--name", name, "--json", check=True)
+    return dump(json.loads(r.stdout)["path"], all_events=True)
+
+
+def test_records_reach_the_physical_gpus_ring(tmp_path):
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        # The process calls its only GPU 0; it is the host's GPU 3.
+        r = stand_in(d, CUDA_VISIBLE_DEVICES="3", FAKE_CUPTI_DROPPED="5")
+        assert_ran(r)
+        assert said(r.stderr) == []
+        evs = snapshot(d, "cupti")
+    finally:
+        d.stop()
+    gpu = [e for e in evs if e["kind"] == "gpu_activity"]
+    assert {e["device"] for e in gpu} == {"gpu3"}, gpu
+    assert sorted(e["name"] for e in gpu) == ["Memcpy HtoD", "Memset", "_Z6matmulPKfS0_Pfi"]
+    api = [e for e in evs if e["kind"] == "api_call"]
+    names = sorted(e["name"] for e in api)
+    # cudaGetDevice is in the noisy table: not recorded.
+    assert names == ["cudaLaunchKernel_v7000", "sync: stream synchronize"], names
+    launch = next(e for e in api if e["name"] == "cudaLaunchKernel_v7000")
+    kern = next(e for e in gpu if e["name"].startswith("_Z"))
+    # Host clock: the launch precedes its kernel by the 5 us the stand-in put.
+    assert kern["ts"] - launch["ts"] == 5000
+    # CUPTI's 5 dropped records and the incomplete kernel are counted.
+    drops = [e for e in evs if e["kind"] == "drops"]
+    assert sum(e["count"] for e in drops) == 6, drops
+
+
+def test_another_subscriber_makes_it_stand_aside(tmp_path):
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        r = stand_in(d, FAKE_CUPTI_SUBSCRIBED="1")
+        assert_ran(r)
+        lines = said(r.stderr)
+        assert len(lines) == 1 and "another CUPTI subscriber" in lines[0], r.stderr
+        evs = snapshot(d, "aside")
+    finally:
+        d.stop()
+    assert not [e for e in evs if e["kind"] == "gpu_activity"]
+    marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
+    assert len(marks) == 1 and marks[0]["device"] == "host", evs
