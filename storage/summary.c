@@ -253,7 +253,8 @@ static void count_gpu(struct tally *t, const struct rp_reader_event *e)
 	const struct rp_event *ev = e->ev;
 	if (ev->u.gpu.end < ev->ts)
 		return;
-	long i = find_stat(t, RP_EV_GPU_ACTIVITY, ev->u.gpu.kind, ev->name ? ev->name : "");
+	long i = find_stat(t, RP_EV_GPU_ACTIVITY, ev->u.gpu.kind,
+			   ev->name ? rp_symbolizer_demangle(t->sym, ev->name) : "");
 	if (i < 0)
 		return;
 	add_duration(&t->stats[i], ev->u.gpu.end - ev->ts);

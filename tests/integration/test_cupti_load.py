@@ -5,6 +5,7 @@ with the stand-in libcupti and driver of cupti_stub/ (records built from
 the real cupti_activity.h structs) its records reach the real daemon in
 the ring of the physical GPU, and another CUPTI subscriber makes it stand
 aside, visibly."""
+import json
 import os
 import subprocess
 
@@ -77,9 +78,10 @@ def stand_in(d, **extra):
 
 
 def snapshot(d, name):
-    import json
+    """The snapshot's events, as the ring held them, and its directory."""
     r = d.cli("snapshot", "--last", "60s", "--name", name, "--json", check=True)
-    return dump(json.loads(r.stdout)["path"], all_events=True)
+    path = json.loads(r.stdout)["path"]
+    return dump(path, all_events=True), path
 
 
 def test_records_reach_the_physical_gpus_ring(tmp_path):
@@ -89,7 +91,8 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
         r = stand_in(d, CUDA_VISIBLE_DEVICES="3", FAKE_CUPTI_DROPPED="5")
         assert_ran(r)
         assert said(r.stderr) == []
-        evs = snapshot(d, "cupti")
+        evs, path = snapshot(d, "cupti")
+        d.cli("export", path, "--format", "json", "-o", str(tmp_path / "s.json"), check=True)
     finally:
         d.stop()
     gpu = [e for e in evs if e["kind"] == "gpu_activity"]
@@ -103,6 +106,12 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
     kern = next(e for e in gpu if e["name"].startswith("_Z"))
     # Host clock: the launch precedes its kernel by the 5 us the stand-in put.
     assert kern["ts"] - launch["ts"] == 5000
+    # Mangled in the ring, demangled by the exporter.
+    exported = json.load(open(tmp_path / "s.json"))["trace_events"]
+    kernels = [e for e in exported if e["type"] == "gpu_kernel"]
+    assert [(e["name"], e["device"], e["args"]["correlation"], e["args"]["stream"], e["duration"])
+            for e in kernels] == [("matmul(float const*, float const*, float*, int)", "gpu3",
+                                   11, 7, 20000)], kernels
     # CUPTI's 5 dropped records and the incomplete kernel are counted.
     drops = [e for e in evs if e["kind"] == "drops"]
     assert sum(e["count"] for e in drops) == 6, drops
@@ -115,7 +124,7 @@ def test_another_subscriber_makes_it_stand_aside(tmp_path):
         assert_ran(r)
         lines = said(r.stderr)
         assert len(lines) == 1 and "another CUPTI subscriber" in lines[0], r.stderr
-        evs = snapshot(d, "aside")
+        evs, _ = snapshot(d, "aside")
     finally:
         d.stop()
     assert not [e for e in evs if e["kind"] == "gpu_activity"]
