@@ -275,6 +275,8 @@ static bool other_subscriber(void)
 	say("another CUPTI subscriber (torch.profiler, nsys, ...) is active in this "
 	    "process: GPU activity is left to it%s%s", "", "");
 	struct rp_producer *p = ring_named(HOST_RING);
+	if (p)
+		rp_producer_set_thread_name(p, "ringprof-cupti (stood aside)");
 	struct rp_shmring *ring = p ? rp_producer_connect(p) : NULL;
 	if (ring)
 		(void)rp_shm_instant(ring, rp_shmring_now(ring),

@@ -130,3 +130,6 @@ def test_another_subscriber_makes_it_stand_aside(tmp_path):
     assert not [e for e in evs if e["kind"] == "gpu_activity"]
     marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
     assert len(marks) == 1 and marks[0]["device"] == "host", evs
+    # Its ring's thread says so too, in every export's thread list.
+    assert any(e["kind"] == "thread_name" and e["name"] == "ringprof-cupti (stood aside)"
+               for e in evs), evs
