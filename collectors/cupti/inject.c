@@ -18,6 +18,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@
 	X(cuptiActivityRegisterTimestampCallback)                          \
 	X(cuptiActivityRegisterCallbacks)                                  \
 	X(cuptiActivityEnable)                                             \
+	X(cuptiActivityDisable)                                            \
 	X(cuptiActivityEnableRuntimeApi)                                   \
 	X(cuptiActivityFlushPeriod)                                        \
 	X(cuptiActivityFlushAll)                                           \
@@ -84,13 +86,17 @@ static struct {
 	bool started;
 } st = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static void say(const char *fmt, const char *a, const char *b)
+/* One line on stderr, the only way this library speaks to the workload. */
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
 {
 	if (getenv("RINGPROF_QUIET"))
 		return;
-	fprintf(stderr, "ringprof-cupti: ");
-	fprintf(stderr, fmt, a, b);
-	fputc('\n', stderr);
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	(void)vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "ringprof-cupti: %s\n", line);
 }
 
 static const char *result_str(CUptiResult r)
@@ -243,9 +249,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 		write_event(&ev);
 	}
 	(void)pthread_mutex_unlock(&st.lock);
-	size_t i = (size_t)(buffer - st.pool) / BUF_SIZE;
-	if (buffer >= st.pool && i < POOL_N)
-		atomic_fetch_and(&st.busy, ~(1u << i));
+	if (buffer >= st.pool && buffer < st.pool + (size_t)POOL_N * BUF_SIZE)
+		atomic_fetch_and(&st.busy, ~(1u << ((size_t)(buffer - st.pool) / BUF_SIZE)));
 }
 
 static void flush_at_exit(void)
@@ -273,7 +278,7 @@ static bool other_subscriber(void)
 	if (r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
 		return false;
 	say("another CUPTI subscriber (torch.profiler, nsys, ...) is active in this "
-	    "process: GPU activity is left to it%s%s", "", "");
+	    "process: GPU activity is left to it");
 	struct rp_producer *p = ring_named(HOST_RING);
 	if (p)
 		rp_producer_set_thread_name(p, "ringprof-cupti (stood aside)");
@@ -293,20 +298,24 @@ static int load_cupti(void)
 		h = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		say("libcupti not found (%s); GPU activity is not recorded. Set "
-		    "RINGPROF_CUPTI_LIB to its path%s", dlerror(), "");
+		    "RINGPROF_CUPTI_LIB to its path", dlerror());
 		return -ENOENT;
 	}
 #define X(f)                                                                  \
 	if (!(api.f = (__typeof__(&f))dlsym(h, #f))) {                        \
-		say("libcupti lacks %s; GPU activity is not recorded%s", #f, ""); \
+		say("libcupti lacks %s; GPU activity is not recorded", #f);  \
 		return -ENOSYS;                                               \
 	}
 	CUPTI_CALLS(X)
 #undef X
 	uint32_t v = 0;
-	if (api.cuptiGetVersion(&v) == CUPTI_SUCCESS && v < CUPTI_API_VERSION)
-		say("libcupti is older than the headers this library was built with%s%s",
-		    "", ""); /* Records are parsed by this build's layouts. */
+	/* Records are read with this build's layouts, which an older CUPTI
+	 * does not write. */
+	if (api.cuptiGetVersion(&v) != CUPTI_SUCCESS || v < CUPTI_API_VERSION) {
+		say("libcupti API version %u is older than %u, which this library was built "
+		    "for; GPU activity is not recorded", (unsigned)v, (unsigned)CUPTI_API_VERSION);
+		return -ENOTSUP;
+	}
 	return 0;
 }
 
@@ -321,8 +330,7 @@ EXPORT int rp_cupti_start(void)
 	/* Explicit starts come before CUDA is up; the driver library tells. */
 	if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) &&
 	    !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
-		say("no CUDA driver (libcuda.so.1: %s); GPU activity is not recorded%s",
-		    dlerror(), "");
+		say("no CUDA driver (libcuda.so.1: %s); GPU activity is not recorded", dlerror());
 		return -ENODEV;
 	}
 	st.pid = (uint32_t)getpid();
@@ -334,11 +342,11 @@ EXPORT int rp_cupti_start(void)
 	if (r == CUPTI_SUCCESS)
 		r = api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
 	if (r != CUPTI_SUCCESS) {
-		say("CUPTI refused to start (%s); GPU activity is not recorded%s", result_str(r), "");
+		say("CUPTI refused to start (%s); GPU activity is not recorded", result_str(r));
 		return -EIO;
 	}
 	if (!st.pool && !(st.pool = aligned_alloc(BUF_ALIGN, (size_t)POOL_N * BUF_SIZE))) {
-		say("no memory for CUPTI buffers%s%s", "", "");
+		say("no memory for CUPTI buffers");
 		return -ENOMEM;
 	}
 	for (unsigned i = 0; i < rp_cupti_noisy_count; i++)
@@ -347,7 +355,9 @@ EXPORT int rp_cupti_start(void)
 		r = api.cuptiActivityEnable(kinds[i]);
 		if (r != CUPTI_SUCCESS && kinds[i] != CUPTI_ACTIVITY_KIND_DEVICE) {
 			say("CUPTI cannot record activity (%s): no CUDA driver or GPU? GPU "
-			    "activity is not recorded%s", result_str(r), "");
+			    "activity is not recorded", result_str(r));
+			while (i--)
+				(void)api.cuptiActivityDisable(kinds[i]);
 			return -EIO;
 		}
 	}

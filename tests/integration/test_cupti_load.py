@@ -84,6 +84,19 @@ def snapshot(d, name):
     return dump(path, all_events=True), path
 
 
+def test_older_libcupti_is_refused(tmp_path):
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        r = stand_in(d, FAKE_CUPTI_VERSION="120000")
+        assert_ran(r)
+        lines = said(r.stderr)
+        assert len(lines) == 1 and "API version 120000 is older" in lines[0], r.stderr
+        evs, _ = snapshot(d, "old")
+    finally:
+        d.stop()
+    assert not [e for e in evs if e["kind"] in ("gpu_activity", "api_call")]
+
+
 def test_records_reach_the_physical_gpus_ring(tmp_path):
     d = Daemon(tmp_path, config=CONFIG).start()
     try:

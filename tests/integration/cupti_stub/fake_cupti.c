@@ -6,7 +6,7 @@
  * callback the library registered.  Environment:
  *   FAKE_CUPTI_SUBSCRIBED=1  another subscriber holds CUPTI (error 39)
  *   FAKE_CUPTI_DROPPED=N     CUPTI's dropped-record count for the buffer
- *   FAKE_CUPTI_UUID=1        the DEVICE record carries a UUID */
+ *   FAKE_CUPTI_VERSION=N     cuptiGetVersion's answer */
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <cupti_result.h>
@@ -24,7 +24,12 @@ static CUpti_BuffersCallbackRequestFunc request_fn;
 static CUpti_BuffersCallbackCompleteFunc complete_fn;
 static int enabled;
 
-EXPORT CUptiResult cuptiGetVersion(uint32_t *v) { *v = CUPTI_API_VERSION; return CUPTI_SUCCESS; }
+EXPORT CUptiResult cuptiGetVersion(uint32_t *v)
+{
+	const char *old = getenv("FAKE_CUPTI_VERSION");
+	*v = old ? (uint32_t)strtoul(old, NULL, 10) : CUPTI_API_VERSION;
+	return CUPTI_SUCCESS;
+}
 EXPORT CUptiResult cuptiGetResultString(CUptiResult r, const char **s)
 {
 	*s = r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED ? "multiple subscribers" : "fake error";
@@ -58,6 +63,7 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
 	return CUPTI_SUCCESS;
 }
 EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind k) { (void)k; enabled++; return CUPTI_SUCCESS; }
+EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind k) { (void)k; enabled--; return CUPTI_SUCCESS; }
 EXPORT CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId c, uint8_t on)
 {
 	(void)c, (void)on;
@@ -119,8 +125,6 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
 	uint32_t tid = (uint32_t)syscall(SYS_gettid);
 	size_t at = 0;
 	CUpti_ActivityDevice5 dev = { .kind = CUPTI_ACTIVITY_KIND_DEVICE, .id = 0 };
-	if (getenv("FAKE_CUPTI_UUID"))
-		memset(dev.uuid.bytes, 0xab, sizeof(dev.uuid.bytes));
 	at = put(buf, at, &dev, sizeof(dev));
 	CUpti_ActivityAPI launch = { .kind = CUPTI_ACTIVITY_KIND_RUNTIME,
 				     .cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
