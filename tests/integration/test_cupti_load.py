@@ -84,17 +84,24 @@ def snapshot(d, name):
     return dump(path, all_events=True), path
 
 
-def test_older_libcupti_is_refused(tmp_path):
+def declined(tmp_path, message, **env):
+    """Run the stand-in workload where the library records nothing: it ran,
+    said message in one line; the events the daemon got."""
     d = Daemon(tmp_path, config=CONFIG).start()
     try:
-        r = stand_in(d, FAKE_CUPTI_VERSION="120000")
+        r = stand_in(d, **env)
         assert_ran(r)
         lines = said(r.stderr)
-        assert len(lines) == 1 and "API version 120000 is older" in lines[0], r.stderr
-        evs, _ = snapshot(d, "old")
+        assert len(lines) == 1 and message in lines[0], r.stderr
+        evs, _ = snapshot(d, "declined")
     finally:
         d.stop()
     assert not [e for e in evs if e["kind"] in ("gpu_activity", "api_call")]
+    return evs
+
+
+def test_older_libcupti_is_refused(tmp_path):
+    declined(tmp_path, "API version 120000 is older", FAKE_CUPTI_VERSION="120000")
 
 
 def test_records_reach_the_physical_gpus_ring(tmp_path):
@@ -131,16 +138,7 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
 
 
 def test_another_subscriber_makes_it_stand_aside(tmp_path):
-    d = Daemon(tmp_path, config=CONFIG).start()
-    try:
-        r = stand_in(d, FAKE_CUPTI_SUBSCRIBED="1")
-        assert_ran(r)
-        lines = said(r.stderr)
-        assert len(lines) == 1 and "another CUPTI subscriber" in lines[0], r.stderr
-        evs, _ = snapshot(d, "aside")
-    finally:
-        d.stop()
-    assert not [e for e in evs if e["kind"] == "gpu_activity"]
+    evs = declined(tmp_path, "another CUPTI subscriber", FAKE_CUPTI_SUBSCRIBED="1")
     marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
     assert len(marks) == 1 and marks[0]["device"] == "host", evs
     # Its ring's thread says so too, in every export's thread list.
