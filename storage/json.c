@@ -21,7 +21,7 @@
  * args depth and truncated), instant, api_call (args device_index),
  * gpu_kernel, gpu_memcpy, gpu_memset (args correlation, stream,
  * device_index, and bytes for copies and sets; an unknown kind of GPU
- * activity is gpu_activity).  group is the thread's
+ * activity is gpu_activity; C++ kernel names demangled).  group is the thread's
  * name ("thread TID" without one), or "stream N" for GPU activity.
  * frames are leaf first, named as the summary names them (C++ names
  * demangled); mangled, only in samples with a demangled frame, is
@@ -425,7 +425,9 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 		PUT(o, "}}");
 		break;
 	case RP_EV_GPU_ACTIVITY:
-		trace_head(o, e, ev->name, gpu_type(ev->u.gpu.kind), ev->ts,
+		trace_head(o, e,
+			   ev->name ? rp_symbolizer_demangle(rp_reader_symbolizer(o->r), ev->name) : NULL,
+			   gpu_type(ev->u.gpu.kind), ev->ts,
 			   ev->u.gpu.end > ev->ts ? ev->u.gpu.end - ev->ts : 0);
 		PUT(o, ",\"group\":\"stream ");
 		put_u64(o, ev->u.gpu.stream);

@@ -778,7 +778,8 @@ static int gpu_activity(struct pf *w, size_t ring, const struct rp_event *ev)
 		args[n++] = (struct arg){ AN_CORRELATION, ev->u.gpu.correlation, false, NULL };
 	if (cat != CAT_KERNEL)
 		args[n++] = (struct arg){ AN_BYTES, ev->u.gpu.bytes, false, NULL };
-	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid, name_of(ev), cat, args, n, 0)) < 0)
+	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid,
+			      rp_symbolizer_demangle(w->sym, name_of(ev)), cat, args, n, 0)) < 0)
 		return rc;
 	return track_event(w, end, SLICE_END, uuid, NULL, cat, NULL, 0, 0);
 }

@@ -27,6 +27,8 @@
 #define TOP_PROCS 20
 /* Rows of the XLA table: the ops (modules, steps) with the most time. */
 #define TOP_XLA 20
+/* Rows of the kernel table. */
+#define TOP_KERNELS 25
 #define FUNC_NAME_MAX 512
 /* A process's stacks look cut short when more than half of its samples
  * with user frames have only one or two of them (a frame pointer walk
@@ -38,14 +40,20 @@
 /* Text from producers and the manifest, escaped (text.h): longer is cut. */
 #define TEXT_MAX 1024
 
-/* One line of the summary: a range name, a counter or an instant. */
+/* GPUs (devices of the session) whose busy time is kept. */
+#define MAX_GPUS 64
+
+/* One line of the summary: a range name, a counter, an instant, or a GPU
+ * kernel or copy (RP_EV_GPU_ACTIVITY, told apart by gpu_kind). */
 struct stat_entry {
 	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT,
-				   RP_EV_DEVICE_OP ("device: name") */
+				   RP_EV_GPU_ACTIVITY, RP_EV_DEVICE_OP ("device: name") */
+	uint8_t gpu_kind;       /* enum rp_gpu_activity_kind, 0 for the others */
 	char *name;
 	uint64_t count;
-	uint64_t total_ns, max_ns;  /* ranges, XLA ops */
-	uint32_t *buckets;          /* ranges: NBUCKETS */
+	uint64_t total_ns, max_ns;  /* ranges, GPU activity, XLA ops */
+	uint32_t *buckets;          /* ranges, GPU activity: NBUCKETS */
+	uint64_t bytes;             /* copies and memsets */
 	double last, min, max;      /* counters */
 	uint64_t last_ts;
 };
@@ -72,7 +80,14 @@ struct proc_stat {
 	} ends[SHALLOW_ENDS];       /* the outermost frame's file of shallow stacks */
 };
 
+/* A device's kernel time, overlaps counted once (events come in start
+ * order, so a kernel adds what it runs past the latest end so far). */
+struct gpu_busy {
+	uint64_t busy_ns, until, kernels;
+};
+
 struct tally {
+	struct gpu_busy gpus[MAX_GPUS]; /* by the reader's device index */
 	struct stat_entry *stats;
 	size_t nstats;
 	uint64_t events, samples, drops, lost_samples, truncated;
@@ -116,20 +131,23 @@ static double percentile(const struct stat_entry *s, double p)
 	return (double)s->max_ns;
 }
 
-static long find_stat(struct tally *t, uint8_t kind, const char *name)
+static long find_stat(struct tally *t, uint8_t kind, uint8_t gpu_kind, const char *name)
 {
 	for (size_t i = 0; i < t->nstats; i++)
-		if (t->stats[i].kind == kind && strcmp(t->stats[i].name, name) == 0)
+		if (t->stats[i].kind == kind && t->stats[i].gpu_kind == gpu_kind &&
+		    strcmp(t->stats[i].name, name) == 0)
 			return (long)i;
 	struct stat_entry *grown = realloc(t->stats, (t->nstats + 1) * sizeof(*grown));
 	if (!grown)
 		return -1;
 	t->stats = grown;
 	struct stat_entry *s = &t->stats[t->nstats];
-	*s = (struct stat_entry){ .kind = kind, .name = strdup(name), .min = INFINITY, .max = -INFINITY };
-	if (kind == RP_EV_RANGE_BEGIN)
+	*s = (struct stat_entry){ .kind = kind, .gpu_kind = gpu_kind, .name = strdup(name),
+				  .min = INFINITY, .max = -INFINITY };
+	bool durations = kind == RP_EV_RANGE_BEGIN || kind == RP_EV_GPU_ACTIVITY;
+	if (durations)
 		s->buckets = calloc(NBUCKETS, sizeof(*s->buckets));
-	if (!s->name || (kind == RP_EV_RANGE_BEGIN && !s->buckets)) {
+	if (!s->name || (durations && !s->buckets)) {
 		free(s->name);
 		free(s->buckets);
 		return -1;
@@ -224,6 +242,37 @@ static void count_sample(struct tally *t, const struct rp_event *ev)
 	}
 }
 
+static void add_duration(struct stat_entry *s, uint64_t d)
+{
+	s->count++;
+	s->total_ns += d;
+	if (d > s->max_ns)
+		s->max_ns = d;
+	s->buckets[bucket_of(d)]++;
+}
+
+static void count_gpu(struct tally *t, const struct rp_reader_event *e)
+{
+	const struct rp_event *ev = e->ev;
+	if (ev->u.gpu.end < ev->ts)
+		return;
+	long i = find_stat(t, RP_EV_GPU_ACTIVITY, ev->u.gpu.kind,
+			   ev->name ? rp_symbolizer_demangle(t->sym, ev->name) : "");
+	if (i < 0)
+		return;
+	add_duration(&t->stats[i], ev->u.gpu.end - ev->ts);
+	t->stats[i].bytes += ev->u.gpu.bytes;
+	if (ev->u.gpu.kind != RP_GPU_KERNEL || e->device >= MAX_GPUS)
+		return;
+	struct gpu_busy *g = &t->gpus[e->device];
+	uint64_t from = ev->ts > g->until ? ev->ts : g->until;
+	if (ev->u.gpu.end > from)
+		g->busy_ns += ev->u.gpu.end - from;
+	if (ev->u.gpu.end > g->until)
+		g->until = ev->u.gpu.end;
+	g->kernels++;
+}
+
 static int count_event(void *ctx, const struct rp_reader_event *e)
 {
 	struct tally *t = ctx;
@@ -235,20 +284,17 @@ static int count_event(void *ctx, const struct rp_reader_event *e)
 			t->truncated++; /* open at the window's end: no duration */
 			break;
 		}
-		long i = find_stat(t, RP_EV_RANGE_BEGIN, e->range_name);
+		long i = find_stat(t, RP_EV_RANGE_BEGIN, 0, e->range_name);
 		if (i < 0 || ev->ts < e->begin_ts)
 			break;
-		struct stat_entry *s = &t->stats[i];
-		uint64_t d = ev->ts - e->begin_ts;
-		s->count++;
-		s->total_ns += d;
-		if (d > s->max_ns)
-			s->max_ns = d;
-		s->buckets[bucket_of(d)]++;
+		add_duration(&t->stats[i], ev->ts - e->begin_ts);
 		break;
 	}
+	case RP_EV_GPU_ACTIVITY:
+		count_gpu(t, e);
+		break;
 	case RP_EV_COUNTER: {
-		long i = find_stat(t, RP_EV_COUNTER, ev->name ? ev->name : "");
+		long i = find_stat(t, RP_EV_COUNTER, 0, ev->name ? ev->name : "");
 		if (i < 0)
 			break;
 		struct stat_entry *s = &t->stats[i];
@@ -262,7 +308,7 @@ static int count_event(void *ctx, const struct rp_reader_event *e)
 		break;
 	}
 	case RP_EV_INSTANT: {
-		long i = find_stat(t, RP_EV_INSTANT, ev->name ? ev->name : "");
+		long i = find_stat(t, RP_EV_INSTANT, 0, ev->name ? ev->name : "");
 		if (i >= 0)
 			t->stats[i].count++;
 		break;
@@ -271,7 +317,7 @@ static int count_event(void *ctx, const struct rp_reader_event *e)
 		char key[RP_NAME_MAX + 64];
 		snprintf(key, sizeof(key), "%s: %s", rp_reader_device_name(t->r, e->device),
 			 ev->name ? ev->name : "");
-		long i = find_stat(t, RP_EV_DEVICE_OP, key);
+		long i = find_stat(t, RP_EV_DEVICE_OP, 0, key);
 		if (i < 0)
 			break;
 		struct stat_entry *s = &t->stats[i];
@@ -300,6 +346,8 @@ static int by_total_desc(const void *a, const void *b)
 	const struct stat_entry *x = a, *y = b;
 	if (x->kind != y->kind)
 		return x->kind - y->kind;
+	if (x->gpu_kind != y->gpu_kind)
+		return x->gpu_kind - y->gpu_kind;
 	if (x->total_ns != y->total_ns)
 		return x->total_ns < y->total_ns ? 1 : -1;
 	return strcmp(x->name, y->name);
@@ -516,6 +564,71 @@ static const char *device_text(const struct rp_reader *r, const char *name, char
 	return buf;
 }
 
+/* The stats of one kind (sorted by total), as a table of durations: at
+ * most rows of them, names cut to width. */
+static void print_durations(FILE *out, const struct tally *t, uint8_t kind, uint8_t gpu_kind,
+			    const char *label, int width, size_t rows)
+{
+	char a[TEXT_MAX];
+	size_t shown = 0;
+	for (size_t k = 0; k < t->nstats && shown < rows; k++) {
+		const struct stat_entry *s = &t->stats[k];
+		if (s->kind != kind || s->gpu_kind != gpu_kind || !s->count)
+			continue;
+		if (!shown++)
+			fprintf(out, "\n%-*s %8s %10s %10s %10s %10s %10s\n", width, label, "count",
+				"total ms", "mean ms", "p50 ms", "p99 ms", "max ms");
+		fprintf(out, "%-*.*s %8llu", width, width, rp_text_escape(s->name, a, sizeof(a)),
+			(unsigned long long)s->count);
+		print_ms(out, (double)s->total_ns);
+		print_ms(out, (double)s->total_ns / (double)s->count);
+		print_ms(out, percentile(s, 0.5));
+		print_ms(out, percentile(s, 0.99));
+		print_ms(out, (double)s->max_ns);
+		fputc('\n', out);
+	}
+}
+
+/* GPU activity: each device's kernel busy time over the window, the
+ * kernels with the most total time, and copies and memsets by name
+ * (their kind: "Memcpy HtoD", ...) with bytes and bandwidth. */
+static void print_gpus(FILE *out, const struct tally *t)
+{
+	char a[TEXT_MAX];
+	uint64_t start = rp_reader_start_ns(t->r), end = rp_reader_end_ns(t->r);
+	double window = end > start ? (double)(end - start) : 0;
+	bool header = false;
+	for (size_t d = 0; d < MAX_GPUS; d++) {
+		const struct gpu_busy *g = &t->gpus[d];
+		if (!g->kernels)
+			continue;
+		if (!header) {
+			fprintf(out, "\n%-12s %8s %10s %12s\n", "gpu", "busy %", "kernels", "kernel ms");
+			header = true;
+		}
+		fprintf(out, "%-12.12s %8.2f %10llu %12.3f\n",
+			rp_text_escape(rp_reader_device_name(t->r, d), a, sizeof(a)),
+			window > 0 ? fmin(100.0, 100.0 * (double)g->busy_ns / window) : 0.0,
+			(unsigned long long)g->kernels, (double)g->busy_ns / 1e6);
+	}
+	print_durations(out, t, RP_EV_GPU_ACTIVITY, RP_GPU_KERNEL, "kernel", 40, TOP_KERNELS);
+	header = false;
+	for (size_t k = 0; k < t->nstats; k++) {
+		const struct stat_entry *s = &t->stats[k];
+		if (s->kind != RP_EV_GPU_ACTIVITY || s->gpu_kind == RP_GPU_KERNEL)
+			continue;
+		if (!header) {
+			fprintf(out, "\n%-28s %8s %12s %10s %10s\n", "copy / memset", "count", "MiB",
+				"total ms", "GB/s");
+			header = true;
+		}
+		fprintf(out, "%-28.28s %8llu %12.3f %10.3f %10.3f\n",
+			rp_text_escape(s->name, a, sizeof(a)), (unsigned long long)s->count,
+			(double)s->bytes / (1 << 20), (double)s->total_ns / 1e6,
+			s->total_ns ? (double)s->bytes / (double)s->total_ns : 0.0);
+	}
+}
+
 static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt)
 {
 	char a[TEXT_MAX], b[TEXT_MAX], c[TEXT_MAX], d[TEXT_MAX];
@@ -544,26 +657,9 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 
 	if (t->nstats)
 		qsort(t->stats, t->nstats, sizeof(*t->stats), by_total_desc);
+	print_durations(out, t, RP_EV_RANGE_BEGIN, 0, "range", 28, t->nstats);
+	print_gpus(out, t);
 	bool header = false;
-	for (size_t k = 0; k < t->nstats; k++) {
-		const struct stat_entry *s = &t->stats[k];
-		if (s->kind != RP_EV_RANGE_BEGIN || !s->count)
-			continue;
-		if (!header) {
-			fprintf(out, "\n%-28s %8s %10s %10s %10s %10s %10s\n", "range", "count",
-				"total ms", "mean ms", "p50 ms", "p99 ms", "max ms");
-			header = true;
-		}
-		fprintf(out, "%-28.28s %8llu", rp_text_escape(s->name, a, sizeof(a)),
-			(unsigned long long)s->count);
-		print_ms(out, (double)s->total_ns);
-		print_ms(out, (double)s->total_ns / (double)s->count);
-		print_ms(out, percentile(s, 0.5));
-		print_ms(out, percentile(s, 0.99));
-		print_ms(out, (double)s->max_ns);
-		fputc('\n', out);
-	}
-	header = false;
 	for (size_t k = 0; k < t->nstats; k++) {
 		const struct stat_entry *s = &t->stats[k];
 		if (s->kind != RP_EV_COUNTER)

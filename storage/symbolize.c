@@ -460,6 +460,13 @@ static void demangle(struct rp_symbolizer *s, struct rp_symbol *out)
 	}
 }
 
+const char *rp_symbolizer_demangle(struct rp_symbolizer *s, const char *name)
+{
+	struct rp_symbol sym = { .function = name };
+	demangle(s, &sym);
+	return sym.function;
+}
+
 static bool lookup_file(struct rp_symbolizer *s, struct file *f, uint64_t vaddr,
 			struct rp_symbol *out)
 {

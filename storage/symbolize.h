@@ -101,6 +101,11 @@ void rp_symbolize(struct rp_symbolizer *s, uint32_t pid, uint64_t ip, bool kerne
  * [unknown]+0xADDRESS written into buf. */
 const char *rp_symbol_name(const struct rp_symbol *sym, char *buf, size_t len);
 
+/* A name as exports show it: an Itanium C++ ABI name (a CUDA kernel's, as
+ * CUPTI reports it) demangled, anything else as it is.  The result stays
+ * valid as long as s. */
+const char *rp_symbolizer_demangle(struct rp_symbolizer *s, const char *name);
+
 void rp_symbolizer_stats(const struct rp_symbolizer *s, struct rp_symbolizer_stats *st);
 
 #endif

@@ -723,7 +723,8 @@ static int on_gpu(struct xw *w, size_t p, const struct rp_event *ev)
 	s[n++] = u64_stat(ST_DEVICE, ev->u.gpu.device);
 	for (size_t i = 0; i < n; i++)
 		sp[i] = &s[i];
-	const char *name = ev->name ? ev->name : gpu_kind_name(ev->u.gpu.kind);
+	const char *name = ev->name ? rp_symbolizer_demangle(rp_reader_symbolizer(w->r), ev->name)
+				    : gpu_kind_name(ev->u.gpu.kind);
 	return add_event(w, l, intern(w, p, name ? name : "gpu activity"), ev->ts, ev->u.gpu.end,
 			 sp, n);
 }

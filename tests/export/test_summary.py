@@ -128,3 +128,26 @@ def test_few_samples_are_no_warning(tmp_path):
     """Under 20 samples say nothing about a process's stacks."""
     out = summary(worker_session(tmp_path, steps=3, k=K, w=W))  # 15 worker samples
     assert processes(out)[WORKER] == 15 and "warning:" not in out, out
+
+
+def test_summary_gpu_activity(session):
+    """make-session's gpu0: per step one 1.5 ms gemm_kernel and one 0.4 ms
+    1 MiB memcpy_htod: busy % over the covered window, the kernel table,
+    copies with bytes and bandwidth."""
+    out = summary(session)
+    window_ms = float(re.search(r"^covered    \S+ \+ (\d+)ms$", out, re.M).group(1))
+    busy = re.search(r"^gpu0\s+(\d+\.\d+)\s+(\d+)\s+(\d+\.\d+)$", out, re.M)
+    assert busy, out
+    assert float(busy.group(1)) == pytest.approx(100 * N * 1.5 / window_ms, abs=0.01)
+    assert int(busy.group(2)) == N and float(busy.group(3)) == pytest.approx(N * 1.5)
+    kernel = re.search(r"^gemm_kernel\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$",
+                       out, re.M)
+    assert kernel, out
+    assert int(kernel.group(1)) == N
+    assert [float(x) for x in kernel.groups()[1:]] == pytest.approx(
+        [N * 1.5, 1.5, 1.5, 1.5, 1.5], rel=0.02)
+    copy = re.search(r"^memcpy_htod\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", out, re.M)
+    assert copy, out
+    assert int(copy.group(1)) == N and float(copy.group(2)) == pytest.approx(N)
+    assert float(copy.group(3)) == pytest.approx(N * 0.4)
+    assert float(copy.group(4)) == pytest.approx((1 << 20) / 0.4e6, rel=0.01)

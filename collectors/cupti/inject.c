@@ -1,0 +1,376 @@
+/* libringprof-cupti.so: CUPTI activity records from inside a CUDA
+ * workload into per-GPU producer rings (docs/gpu.md).
+ *
+ * Loaded by the CUDA driver through CUDA_INJECTION64_PATH (it calls
+ * InitializeInjection during cuInit), or by anyone calling
+ * rp_cupti_start().  libcupti is opened at run time: a process without it,
+ * without a driver, or with another CUPTI subscriber gets one line on
+ * stderr and runs as if the library were not there.
+ *
+ * Never blocks the workload: CUPTI fills buffers from a fixed pool (none
+ * free: CUPTI drops and counts the records), the completion callback runs
+ * on CUPTI's own thread and writes into rings that drop when full. */
+#include <cupti_activity.h>
+#include <cupti_callbacks.h>
+#include <cupti_result.h>
+#include <cupti_version.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "producer.h"
+#include "translate.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The CUPTI calls used, looked up by name in libcupti. */
+#define CUPTI_CALLS(X)                                                     \
+	X(cuptiGetVersion)                                                 \
+	X(cuptiGetResultString)                                            \
+	X(cuptiSubscribe)                                                  \
+	X(cuptiUnsubscribe)                                                \
+	X(cuptiGetCallbackName)                                            \
+	X(cuptiActivityRegisterTimestampCallback)                          \
+	X(cuptiActivityRegisterCallbacks)                                  \
+	X(cuptiActivityEnable)                                             \
+	X(cuptiActivityDisable)                                            \
+	X(cuptiActivityEnableRuntimeApi)                                   \
+	X(cuptiActivityFlushPeriod)                                        \
+	X(cuptiActivityFlushAll)                                           \
+	X(cuptiActivityGetNextRecord)                                      \
+	X(cuptiActivityGetNumDroppedRecords)
+
+static struct {
+#define X(f) __typeof__(&f) f;
+	CUPTI_CALLS(X)
+#undef X
+} api;
+
+/* The kinds recorded; DEVICE names each ordinal's GPU (UUID). */
+static const CUpti_ActivityKind kinds[] = {
+	CUPTI_ACTIVITY_KIND_DEVICE,       CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	CUPTI_ACTIVITY_KIND_MEMCPY,       CUPTI_ACTIVITY_KIND_MEMCPY2,
+	CUPTI_ACTIVITY_KIND_MEMSET,       CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+	CUPTI_ACTIVITY_KIND_RUNTIME,      CUPTI_ACTIVITY_KIND_OVERHEAD,
+};
+
+/* Buffer pool: CUPTI holds at most POOL_N buffers; Kineto uses 4 MiB. */
+#define POOL_N 8
+#define BUF_SIZE (4u << 20)
+#define BUF_ALIGN 8
+#define FLUSH_PERIOD_MS 100
+
+/* Ring name for runtime calls (host threads). */
+#define HOST_RING "host"
+
+static struct {
+	pthread_mutex_t lock; /* rings, device map: completion vs. the exit flush */
+	uint8_t *pool;
+	atomic_uint busy;     /* bit i: pool buffer i is CUPTI's */
+	uint32_t pid;
+	/* ordinal -> physical index + 1 (0: not known yet) */
+	uint32_t phys[RP_CUPTI_MAX_DEV];
+	struct rp_cupti_gpu gpus[RP_CUPTI_MAX_DEV];
+	uint32_t ngpus;
+	const char *cvd;
+	struct rp_producer *gpu_rings[RP_CUPTI_MAX_DEV]; /* by physical index */
+	struct rp_producer *host_ring;
+	bool started;
+} st = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* One line on stderr, the only way this library speaks to the workload. */
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
+{
+	if (getenv("RINGPROF_QUIET"))
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	(void)vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "ringprof-cupti: %s\n", line);
+}
+
+static const char *result_str(CUptiResult r)
+{
+	const char *s = NULL;
+	if (api.cuptiGetResultString && api.cuptiGetResultString(r, &s) != CUPTI_SUCCESS)
+		s = NULL;
+	return s ? s : "unknown CUPTI error";
+}
+
+/* CUPTI stamps records with this clock, the daemon's: no offset to keep
+ * up to date, GPU times are interpolated by CUPTI itself. */
+static uint64_t CUPTIAPI host_clock(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static const char *api_name(uint32_t cbid)
+{
+	const char *name = NULL;
+	if (api.cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) != CUPTI_SUCCESS)
+		return NULL;
+	return name;
+}
+
+/* The driver's GPUs, for naming rings by physical GPU. */
+static void read_driver_gpus(void)
+{
+	DIR *d = opendir("/proc/driver/nvidia/gpus");
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d)) && st.ngpus < RP_CUPTI_MAX_DEV) {
+		if (de->d_name[0] == '.')
+			continue;
+		char path[320], line[256];
+		snprintf(path, sizeof(path), "/proc/driver/nvidia/gpus/%s/information", de->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		struct rp_cupti_gpu *g = &st.gpus[st.ngpus];
+		*g = (struct rp_cupti_gpu){ 0 };
+		snprintf(g->bus_id, sizeof(g->bus_id), "%.31s", de->d_name);
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "GPU UUID: %40s", g->uuid) == 1)
+				break;
+		(void)fclose(f);
+		st.ngpus++;
+	}
+	(void)closedir(d);
+}
+
+static struct rp_producer *ring_named(const char *device)
+{
+	struct rp_producer_opts o = { .device = device, .clock = RP_SHM_CLOCK_MONOTONIC };
+	struct rp_producer *p = NULL;
+	struct rp_err err = { 0 };
+	if (rp_producer_new(&o, &p, &err) < 0) {
+		say("cannot make ring %s: %s", device, err.msg);
+		return NULL;
+	}
+	rp_producer_set_thread_name(p, "ringprof-cupti");
+	return p;
+}
+
+static struct rp_producer *gpu_ring(uint32_t ordinal)
+{
+	if (ordinal >= RP_CUPTI_MAX_DEV)
+		return NULL;
+	if (!st.phys[ordinal])
+		st.phys[ordinal] = 1 + rp_cupti_physical_index("", ordinal, st.cvd, st.gpus,
+							       st.ngpus);
+	uint32_t idx = st.phys[ordinal] - 1;
+	if (idx >= RP_CUPTI_MAX_DEV)
+		return NULL;
+	if (!st.gpu_rings[idx]) {
+		char name[16];
+		snprintf(name, sizeof(name), "gpu%u", (unsigned)idx);
+		st.gpu_rings[idx] = ring_named(name);
+	}
+	return st.gpu_rings[idx];
+}
+
+static void write_event(struct rp_event *ev)
+{
+	struct rp_producer *p;
+	if (ev->kind == RP_EV_GPU_ACTIVITY) {
+		p = gpu_ring(ev->u.gpu.device);
+		if (p && ev->u.gpu.device < RP_CUPTI_MAX_DEV)
+			ev->u.gpu.device = st.phys[ev->u.gpu.device] - 1;
+	} else {
+		p = st.host_ring ? st.host_ring : (st.host_ring = ring_named(HOST_RING));
+	}
+	struct rp_shmring *r = p ? rp_producer_connect(p) : NULL;
+	if (r && !rp_shm_write_event(r, ev))
+		(void)rp_producer_check(p); /* full: is the daemon still there? */
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+	*max_records = 0;
+	unsigned busy = atomic_load(&st.busy);
+	for (unsigned i = 0; i < POOL_N; i++) {
+		if (busy & (1u << i))
+			continue;
+		if (atomic_compare_exchange_strong(&st.busy, &busy, busy | (1u << i))) {
+			*buffer = st.pool + (size_t)i * BUF_SIZE;
+			*size = BUF_SIZE;
+			return;
+		}
+		i = (unsigned)-1; /* busy reloaded: look again */
+	}
+	/* All buffers in flight: CUPTI drops what it cannot store, counted. */
+	*buffer = NULL;
+	*size = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer,
+				      size_t size, size_t valid)
+{
+	(void)size;
+	char namebuf[RP_NAME_MAX + 1];
+	CUpti_Activity *rec = NULL;
+	uint64_t lost = 0; /* records CUPTI dropped or that made no sense */
+	(void)pthread_mutex_lock(&st.lock);
+	while (api.cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+		uint32_t ordinal;
+		char uuid[RP_CUPTI_UUID_LEN];
+		if (rp_cupti_device_record(rec, &ordinal, uuid)) {
+			if (ordinal < RP_CUPTI_MAX_DEV)
+				st.phys[ordinal] = 1 + rp_cupti_physical_index(
+							       uuid, ordinal, st.cvd, st.gpus, st.ngpus);
+			continue;
+		}
+		struct rp_event ev;
+		int rc = rp_cupti_translate(rec, st.pid, api_name, namebuf, &ev);
+		if (rc > 0)
+			write_event(&ev);
+		else if (rc < 0)
+			lost++;
+	}
+	size_t dropped = 0;
+	if (api.cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+		lost += dropped;
+	if (lost) {
+		struct rp_event ev = { .kind = RP_EV_DROPS, .ts = host_clock(), .pid = st.pid };
+		ev.u.drops.count = lost;
+		write_event(&ev);
+	}
+	(void)pthread_mutex_unlock(&st.lock);
+	if (buffer >= st.pool && buffer < st.pool + (size_t)POOL_N * BUF_SIZE)
+		atomic_fetch_and(&st.busy, ~(1u << ((size_t)(buffer - st.pool) / BUF_SIZE)));
+}
+
+static void flush_at_exit(void)
+{
+	(void)api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+}
+
+static void CUPTIAPI probe_callback(void *ud, CUpti_CallbackDomain d, CUpti_CallbackId id,
+				    const void *data)
+{
+	(void)ud, (void)d, (void)id, (void)data;
+}
+
+/* Another tool (torch.profiler/Kineto, nsys, JAX's tracer) that owns CUPTI
+ * in this process: leave it alone, and say so in the ring's thread name
+ * and an instant the daemon shows. */
+static bool other_subscriber(void)
+{
+	CUpti_SubscriberHandle h;
+	CUptiResult r = api.cuptiSubscribe(&h, probe_callback, NULL);
+	if (r == CUPTI_SUCCESS) {
+		(void)api.cuptiUnsubscribe(h);
+		return false;
+	}
+	if (r != CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+		return false;
+	say("another CUPTI subscriber (torch.profiler, nsys, ...) is active in this "
+	    "process: GPU activity is left to it");
+	struct rp_producer *p = ring_named(HOST_RING);
+	if (p)
+		rp_producer_set_thread_name(p, "ringprof-cupti (stood aside)");
+	struct rp_shmring *ring = p ? rp_producer_connect(p) : NULL;
+	if (ring)
+		(void)rp_shm_instant(ring, rp_shmring_now(ring),
+				     "ringprof-cupti: stood aside, another CUPTI subscriber");
+	st.host_ring = p;
+	return true;
+}
+
+static int load_cupti(void)
+{
+	const char *path = getenv("RINGPROF_CUPTI_LIB");
+	void *h = dlopen(path && *path ? path : "libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+	if (!h && !(path && *path))
+		h = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		say("libcupti not found (%s); GPU activity is not recorded. Set "
+		    "RINGPROF_CUPTI_LIB to its path", dlerror());
+		return -ENOENT;
+	}
+#define X(f)                                                                  \
+	if (!(api.f = (__typeof__(&f))dlsym(h, #f))) {                        \
+		say("libcupti lacks %s; GPU activity is not recorded", #f);  \
+		return -ENOSYS;                                               \
+	}
+	CUPTI_CALLS(X)
+#undef X
+	uint32_t v = 0;
+	/* Records are read with this build's layouts, which an older CUPTI
+	 * does not write. */
+	if (api.cuptiGetVersion(&v) != CUPTI_SUCCESS || v < CUPTI_API_VERSION) {
+		say("libcupti API version %u is older than %u, which this library was built "
+		    "for; GPU activity is not recorded", (unsigned)v, (unsigned)CUPTI_API_VERSION);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+/* Starts recording; 0, or a negative errno after saying why on stderr. */
+EXPORT int rp_cupti_start(void)
+{
+	if (st.started)
+		return 0;
+	int rc = load_cupti();
+	if (rc < 0)
+		return rc;
+	/* Explicit starts come before CUDA is up; the driver library tells. */
+	if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) &&
+	    !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+		say("no CUDA driver (libcuda.so.1: %s); GPU activity is not recorded", dlerror());
+		return -ENODEV;
+	}
+	st.pid = (uint32_t)getpid();
+	st.cvd = getenv("CUDA_VISIBLE_DEVICES");
+	read_driver_gpus();
+	if (other_subscriber())
+		return -EBUSY;
+	CUptiResult r = api.cuptiActivityRegisterTimestampCallback(host_clock);
+	if (r == CUPTI_SUCCESS)
+		r = api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+	if (r != CUPTI_SUCCESS) {
+		say("CUPTI refused to start (%s); GPU activity is not recorded", result_str(r));
+		return -EIO;
+	}
+	if (!st.pool && !(st.pool = aligned_alloc(BUF_ALIGN, (size_t)POOL_N * BUF_SIZE))) {
+		say("no memory for CUPTI buffers");
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < rp_cupti_noisy_count; i++)
+		(void)api.cuptiActivityEnableRuntimeApi(rp_cupti_noisy_cbids[i], 0);
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		r = api.cuptiActivityEnable(kinds[i]);
+		if (r != CUPTI_SUCCESS && kinds[i] != CUPTI_ACTIVITY_KIND_DEVICE) {
+			say("CUPTI cannot record activity (%s): no CUDA driver or GPU? GPU "
+			    "activity is not recorded", result_str(r));
+			while (i--)
+				(void)api.cuptiActivityDisable(kinds[i]);
+			return -EIO;
+		}
+	}
+	(void)api.cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
+	(void)atexit(flush_at_exit);
+	st.started = true;
+	return 0;
+}
+
+/* The driver's entry point for CUDA_INJECTION64_PATH.  Nonzero: loaded;
+ * the workload runs on whatever rp_cupti_start found. */
+EXPORT int InitializeInjection(void)
+{
+	(void)rp_cupti_start();
+	return 1;
+}

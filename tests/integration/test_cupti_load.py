@@ -1,0 +1,146 @@
+"""libringprof-cupti.so (collectors/cupti, docs/gpu.md) in a process on a
+host without a GPU: with the toolkit's real libcupti and no driver it says
+why it records nothing in one stderr line and the program runs normally;
+with the stand-in libcupti and driver of cupti_stub/ (records built from
+the real cupti_activity.h structs) its records reach the real daemon in
+the ring of the physical GPU, and another CUPTI subscriber makes it stand
+aside, visibly."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import CONFIG
+from daemon_harness import BUILD, Daemon, dump
+
+SO = os.path.join(BUILD, "collectors", "cupti", "libringprof-cupti.so")
+LOADER = os.path.join(BUILD, "tests", "cupti-loader")
+STUB = os.path.join(BUILD, "tests", "integration", "cupti_stub")
+FAKE_CUPTI = os.path.join(STUB, "libfakecupti.so")
+CUPTI = "/usr/local/cuda/lib64/libcupti.so.13"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(SO) or not os.path.exists(LOADER),
+                                reason="built without the CUPTI headers")
+
+
+def run(env_extra, base=None):
+    env = dict(base if base is not None else os.environ)
+    env.pop("RINGPROF_QUIET", None)
+    env.update(env_extra)
+    return subprocess.run([LOADER, SO], env=env, capture_output=True, text=True, timeout=60)
+
+
+def said(stderr):
+    return [l for l in stderr.splitlines() if l.startswith("ringprof-cupti:")]
+
+
+def assert_ran(r):
+    assert r.returncode == 0, r.stderr
+    assert "InitializeInjection=1" in r.stdout
+    assert "workload done 499999500000" in r.stdout
+
+
+def test_exports_only_its_entry_points():
+    out = subprocess.run(["nm", "-D", "--defined-only", SO], capture_output=True,
+                         text=True, check=True).stdout
+    text = sorted(l.split()[-1] for l in out.splitlines() if " T " in l)
+    assert text == ["InitializeInjection", "rp_cupti_start"]
+
+
+@pytest.mark.skipif(not os.path.exists(CUPTI), reason="no libcupti.so.13 here")
+def test_real_libcupti_without_driver():
+    r = run({"RINGPROF_CUPTI_LIB": CUPTI})
+    assert_ran(r)
+    lines = said(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert "no CUDA driver" in lines[0] and "not recorded" in lines[0]
+
+
+def test_missing_libcupti():
+    r = run({"RINGPROF_CUPTI_LIB": "/nonexistent/libcupti.so.13"})
+    assert_ran(r)
+    lines = said(r.stderr)
+    assert len(lines) == 1 and "libcupti not found" in lines[0], r.stderr
+    assert "RINGPROF_CUPTI_LIB" in lines[0]
+
+
+def test_quiet():
+    r = run({"RINGPROF_CUPTI_LIB": "/nonexistent/libcupti.so.13", "RINGPROF_QUIET": "1"})
+    assert_ran(r)
+    assert said(r.stderr) == []
+
+
+def stand_in(d, **extra):
+    env = {"LD_LIBRARY_PATH": STUB, "RINGPROF_CUPTI_LIB": FAKE_CUPTI}
+    env.update(extra)
+    return run(env, base=d.env())
+
+
+def snapshot(d, name):
+    """The snapshot's events, as the ring held them, and its directory."""
+    r = d.cli("snapshot", "--last", "60s", "--name", name, "--json", check=True)
+    path = json.loads(r.stdout)["path"]
+    return dump(path, all_events=True), path
+
+
+def declined(tmp_path, message, **env):
+    """Run the stand-in workload where the library records nothing: it ran,
+    said message in one line; the events the daemon got."""
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        r = stand_in(d, **env)
+        assert_ran(r)
+        lines = said(r.stderr)
+        assert len(lines) == 1 and message in lines[0], r.stderr
+        evs, _ = snapshot(d, "declined")
+    finally:
+        d.stop()
+    assert not [e for e in evs if e["kind"] in ("gpu_activity", "api_call")]
+    return evs
+
+
+def test_older_libcupti_is_refused(tmp_path):
+    declined(tmp_path, "API version 120000 is older", FAKE_CUPTI_VERSION="120000")
+
+
+def test_records_reach_the_physical_gpus_ring(tmp_path):
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        # The process calls its only GPU 0; it is the host's GPU 3.
+        r = stand_in(d, CUDA_VISIBLE_DEVICES="3", FAKE_CUPTI_DROPPED="5")
+        assert_ran(r)
+        assert said(r.stderr) == []
+        evs, path = snapshot(d, "cupti")
+        d.cli("export", path, "--format", "json", "-o", str(tmp_path / "s.json"), check=True)
+    finally:
+        d.stop()
+    gpu = [e for e in evs if e["kind"] == "gpu_activity"]
+    assert {e["device"] for e in gpu} == {"gpu3"}, gpu
+    assert sorted(e["name"] for e in gpu) == ["Memcpy HtoD", "Memset", "_Z6matmulPKfS0_Pfi"]
+    api = [e for e in evs if e["kind"] == "api_call"]
+    names = sorted(e["name"] for e in api)
+    # cudaGetDevice is in the noisy table: not recorded.
+    assert names == ["cudaLaunchKernel_v7000", "sync: stream synchronize"], names
+    launch = next(e for e in api if e["name"] == "cudaLaunchKernel_v7000")
+    kern = next(e for e in gpu if e["name"].startswith("_Z"))
+    # Host clock: the launch precedes its kernel by the 5 us the stand-in put.
+    assert kern["ts"] - launch["ts"] == 5000
+    # Mangled in the ring, demangled by the exporter.
+    exported = json.load(open(tmp_path / "s.json"))["trace_events"]
+    kernels = [e for e in exported if e["type"] == "gpu_kernel"]
+    assert [(e["name"], e["device"], e["args"]["correlation"], e["args"]["stream"], e["duration"])
+            for e in kernels] == [("matmul(float const*, float const*, float*, int)", "gpu3",
+                                   11, 7, 20000)], kernels
+    # CUPTI's 5 dropped records and the incomplete kernel are counted.
+    drops = [e for e in evs if e["kind"] == "drops"]
+    assert sum(e["count"] for e in drops) == 6, drops
+
+
+def test_another_subscriber_makes_it_stand_aside(tmp_path):
+    evs = declined(tmp_path, "another CUPTI subscriber", FAKE_CUPTI_SUBSCRIBED="1")
+    marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
+    assert len(marks) == 1 and marks[0]["device"] == "host", evs
+    # Its ring's thread says so too, in every export's thread list.
+    assert any(e["kind"] == "thread_name" and e["name"] == "ringprof-cupti (stood aside)"
+               for e in evs), evs
