@@ -39,6 +39,8 @@ void rp_config_defaults(struct rp_config *c)
 	c->sampler_depth = 127;
 	c->host_metrics_enabled = true;
 	c->host_metrics_interval_ns = SEC;
+	c->profsvc_snapshot_ns = 30 * SEC;
+	c->profsvc_request_timeout_ns = 10 * SEC;
 	c->psi_enabled = true;
 	c->psi_interval_ns = SEC;
 	c->producer_ring_size = MiB;
@@ -186,11 +188,9 @@ static int set_seal_interval(struct rp_config *c, struct rp_ring_config *r, cons
 	return duration_in(v, 10 * MS, 60 * SEC, &c->seal_interval_ns, err);
 }
 
-/* "host:port"; an IPv6 host in brackets.  Empty turns TCP off. */
-static int set_tcp_listen(struct rp_config *c, struct rp_ring_config *r, const char *v,
-			  struct rp_err *err)
+/* "host:port"; an IPv6 host in brackets.  Empty turns the listener off. */
+static int check_listen(const char *v, struct rp_err *err)
 {
-	(void)r;
 	if (*v) {
 		const char *colon = strrchr(v, ':');
 		const char *port = colon ? colon + 1 : "";
@@ -208,7 +208,15 @@ static int set_tcp_listen(struct rp_config *c, struct rp_ring_config *r, const c
 			return rp_err_set(err, -EINVAL,
 					  "'%s': put an IPv6 address in brackets, e.g. [::1]:7070", v);
 	}
-	return set_string(c->tcp_listen, sizeof(c->tcp_listen), v, true, err);
+	return 0;
+}
+
+static int set_tcp_listen(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			  struct rp_err *err)
+{
+	(void)r;
+	int rc = check_listen(v, err);
+	return rc < 0 ? rc : set_string(c->tcp_listen, sizeof(c->tcp_listen), v, true, err);
 }
 
 static int set_token_file(struct rp_config *c, struct rp_ring_config *r, const char *v,
@@ -252,6 +260,39 @@ static int set_api_max_snapshots(struct rp_config *c, struct rp_ring_config *r, 
 {
 	(void)r;
 	return rp_parse_uint(v, 1, 64, &c->api_max_snapshots, err);
+}
+
+/* [profiler_service] */
+static int set_profsvc_listen(struct rp_config *c, struct rp_ring_config *r, const char *v,
+			      struct rp_err *err)
+{
+	(void)r;
+	int rc = check_listen(v, err);
+	return rc < 0 ? rc : set_string(c->profsvc_listen, sizeof(c->profsvc_listen), v, true, err);
+}
+
+static int set_profsvc_allow_unauthenticated(struct rp_config *c, struct rp_ring_config *r,
+					     const char *v, struct rp_err *err)
+{
+	(void)r;
+	if (strcmp(v, "true") && strcmp(v, "false"))
+		return rp_err_set(err, -EINVAL, "'%s' is not one of true, false", v);
+	c->profsvc_allow_unauthenticated = !strcmp(v, "true");
+	return 0;
+}
+
+static int set_profsvc_snapshot(struct rp_config *c, struct rp_ring_config *r, const char *v,
+				struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 1 * MS, 3600 * SEC, &c->profsvc_snapshot_ns, err);
+}
+
+static int set_profsvc_request_timeout(struct rp_config *c, struct rp_ring_config *r,
+				       const char *v, struct rp_err *err)
+{
+	(void)r;
+	return duration_in(v, 100 * MS, 600 * SEC, &c->profsvc_request_timeout_ns, err);
 }
 
 static int set_budget(struct rp_config *c, struct rp_ring_config *r, const char *v,
@@ -703,6 +744,10 @@ static const struct section_def {
 		     {"header_timeout", set_api_header_timeout},
 		     {"max_requests", set_api_max_requests},
 		     {"max_snapshots", set_api_max_snapshots})},
+	{"profiler_service", KEYS({"listen", set_profsvc_listen},
+				  {"allow_unauthenticated", set_profsvc_allow_unauthenticated},
+				  {"snapshot", set_profsvc_snapshot},
+				  {"request_timeout", set_profsvc_request_timeout})},
 	{"rings", KEYS({"budget", set_budget}, {"slot_size", set_slot_size},
 		       {"max_age", set_max_age})},
 	{"ring.", KEYS({"budget", set_budget}, {"slot_size", set_slot_size},
@@ -729,7 +774,7 @@ static const struct section_def {
 	{"rule.", KEYS({NULL, NULL})},
 };
 #define N_SECTIONS (sizeof(sections) / sizeof(sections[0]))
-#define KNOWN_SECTIONS "[daemon], [api], [rings], [ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [sessions], [alertmanager], [rule.NAME]"
+#define KNOWN_SECTIONS "[daemon], [api], [profiler_service], [rings], [ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [sessions], [alertmanager], [rule.NAME]"
 
 static bool is_ring_section(const char *name)
 {
@@ -1136,6 +1181,11 @@ void rp_config_print(const struct rp_config *c, FILE *out)
 	print_duration(out, "header_timeout", c->api_header_timeout_ns);
 	fprintf(out, "max_requests = %u\nmax_snapshots = %u\n", c->api_max_requests,
 		c->api_max_snapshots);
+	fprintf(out, "\n[profiler_service]\n");
+	print_string(out, "listen", c->profsvc_listen);
+	fprintf(out, "allow_unauthenticated = %s\n", c->profsvc_allow_unauthenticated ? "true" : "false");
+	print_duration(out, "snapshot", c->profsvc_snapshot_ns);
+	print_duration(out, "request_timeout", c->profsvc_request_timeout_ns);
 	fprintf(out, "\n[rings]\n");
 	print_size(out, "budget", c->ring_default.budget_bytes);
 	print_size(out, "slot_size", c->ring_default.slot_size);

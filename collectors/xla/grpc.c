@@ -213,22 +213,33 @@ static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, v
 	return 0;
 }
 
-/* Split "host:port" / "[v6]:port" and connect, non-blocking. */
-static int start_connect(const char *addr, int *fd_out, struct rp_err *err)
+int rp_grpc_split_addr(const char *addr, char *host, size_t host_size, const char **port,
+		       struct rp_err *err)
 {
-	char host[256];
 	const char *colon = strrchr(addr, ':');
 	const char *h = addr;
 	size_t hlen = colon ? (size_t)(colon - addr) : 0;
 	if (hlen >= 2 && addr[0] == '[' && addr[hlen - 1] == ']')
 		h++, hlen -= 2;
-	if (!colon || !hlen || hlen >= sizeof(host) || !colon[1])
+	if (!colon || !hlen || hlen >= host_size || !colon[1])
 		return rp_err_set(err, -EINVAL, "\"%s\" is not HOST:PORT", addr);
 	memcpy(host, h, hlen);
 	host[hlen] = 0;
+	*port = colon + 1;
+	return 0;
+}
+
+/* Resolve "host:port" / "[v6]:port" and connect, non-blocking. */
+static int start_connect(const char *addr, int *fd_out, struct rp_err *err)
+{
+	char host[256];
+	const char *port;
+	int r = rp_grpc_split_addr(addr, host, sizeof(host), &port, err);
+	if (r < 0)
+		return r;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *ai;
-	int r = getaddrinfo(host, colon + 1, &hints, &ai);
+	r = getaddrinfo(host, port, &hints, &ai);
 	if (r)
 		return rp_err_set(err, r == EAI_SERVICE ? -EINVAL : -EHOSTUNREACH,
 				  "cannot resolve %s: %s", addr, gai_strerror(r));
