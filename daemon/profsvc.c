@@ -531,9 +531,13 @@ static int on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *user)
 static void free_call(struct call *c)
 {
 	if (c->job) { /* the worker stops waiting, or goes on unwatched */
+		struct rp_profsvc *s = c->conn->svc;
 		c->job->call = NULL;
 		atomic_store(&c->job->cancelled, true);
 		c->conn->pending--;
+		pthread_mutex_lock(&s->lock);
+		pthread_cond_broadcast(&s->cond);
+		pthread_mutex_unlock(&s->lock);
 	}
 	if (c->prev)
 		c->prev->next = c->next;
