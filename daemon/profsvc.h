@@ -25,8 +25,9 @@ typedef int (*rp_profsvc_window_fn)(void *ctx, uint64_t start_ns, uint64_t end_n
 				    const char *reason, uint8_t **buf, size_t *len,
 				    struct rp_err *err);
 
-/* The largest XSpace served: XProf's client takes messages up to 2 GiB. */
-#define RP_PROFSVC_MAX_XSPACE ((size_t)1 << 30)
+/* The largest XSpace served (in memory while it is sent); a longer
+ * window stays in the log directory. */
+#define RP_PROFSVC_MAX_XSPACE ((size_t)256 << 20)
 
 struct rp_profsvc_opts {
 	const char *listen;          /* "host:port", "[v6]:port" */
