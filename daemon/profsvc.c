@@ -469,6 +469,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
 	c->stream_id = f->hd.stream_id;
 	c->not_grpc = true; /* until content-type says otherwise */
 	rp_grpc_deframer_init(&c->in, MAX_REQUEST);
+	c->in.what = "request";
 	return nghttp2_session_set_stream_user_data(h2, f->hd.stream_id, c);
 }
 

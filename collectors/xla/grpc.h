@@ -41,6 +41,7 @@ int rp_grpc_split_addr(const char *addr, char *host, size_t host_size, const cha
  * message (unary), uncompressed, of at most `max` bytes. */
 struct rp_grpc_deframer {
 	size_t max;
+	const char *what;   /* in messages: "response" (the default), "request" */
 	uint8_t prefix[5];
 	size_t prefix_have;
 	uint32_t want;      /* the prefix's length, once read */

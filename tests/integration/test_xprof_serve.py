@@ -347,7 +347,7 @@ def test_two_gigabyte_length_prefix_is_refused_unread(served):
         s.sendall(PREFACE + h2_frame(4, 0, 0, b"") +
                   h2_frame(1, 0x4, 1, grpc_headers("Profile")) +
                   h2_frame(0, 0, 1, b"\x00\x80\x00\x00\x00" + b"x" * 1000))
-        assert wait_for_log(served, "announces 2147483648 bytes")
+        assert wait_for_log(served, "the request announces 2147483648 bytes, more than the cap of 65536")
     healthy(served)
 
 
