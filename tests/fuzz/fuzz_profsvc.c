@@ -6,7 +6,6 @@
  * server's SETTINGS frame, and the server must go on answering. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "exchange.h"
 #include "profiler.h"
 #include "profsvc.h"
 
@@ -69,24 +69,7 @@ static size_t exchange(const uint8_t *data, size_t size, uint8_t *out, size_t ca
 	check(fd >= 0, "socket failed");
 	check(connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0, "the server is gone");
 	(void)!send(fd, preface, sizeof(preface) - 1, MSG_NOSIGNAL);
-	for (size_t off = 0; off < size;) {
-		ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
-		if (n <= 0)
-			break; /* the server closed: not HTTP/2 */
-		off += (size_t)n;
-	}
-	(void)shutdown(fd, SHUT_WR);
-	size_t got = 0;
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	while (poll(&p, 1, 30) == 1) {
-		uint8_t sink[4096];
-		ssize_t n = recv(fd, got < cap ? out + got : sink, got < cap ? cap - got : sizeof(sink), 0);
-		if (n <= 0)
-			break;
-		got += got < cap ? (size_t)n : 0;
-	}
-	close(fd);
-	return got;
+	return fuzz_exchange(fd, data, size, out, cap, 30);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
