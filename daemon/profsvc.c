@@ -732,6 +732,9 @@ static void *loop_main(void *arg)
 			if (keep && c->deadline_ns && now >= c->deadline_ns && !c->pending) {
 				log_peer(c, "closed: no complete request within %llu ms",
 					 (unsigned long long)(s->request_timeout_ns / 1000000));
+				/* GOAWAY first, best effort: a gRPC client reconnects. */
+				if (nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR) == 0)
+					(void)nghttp2_session_send(c->h2);
 				keep = false;
 			}
 			if (!keep)
