@@ -408,8 +408,21 @@ static const struct rp_config_key rule_keys[] = {
 
 #define KEYS(rows) .keys = rows, .nkeys = sizeof(rows) / sizeof(rows[0])
 
+/* [profiler_service]: XProf's captures served from the rings (daemon/profsvc). */
+static const struct rp_config_key profsvc_keys[] = {
+	{"listen", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, .check = check_tcp_listen,
+	 DAEMON(profsvc_listen)},
+	{"allow_unauthenticated", RP_CONFIG_BOOL, .def = "false",
+	 DAEMON(profsvc_allow_unauthenticated)},
+	{"snapshot", RP_CONFIG_DURATION, .min = MS, .max = 3600 * SEC, .def = "30s",
+	 DAEMON(profsvc_snapshot_ns)},
+	{"request_timeout", RP_CONFIG_DURATION, .min = 100 * MS, .max = 600 * SEC, .def = "10s",
+	 DAEMON(profsvc_request_timeout_ns)},
+};
+
 static const struct rp_config_section daemon_section = {"daemon", KEYS(daemon_keys)};
 static const struct rp_config_section api_section = {"api", KEYS(api_keys)};
+static const struct rp_config_section profsvc_section = {"profiler_service", KEYS(profsvc_keys)};
 static const struct rp_config_section rings_section = {
 	"rings", KEYS(ring_keys), .base = offsetof(struct rp_config, ring_default)};
 static const struct rp_config_section ring_device_section = {
@@ -445,7 +458,8 @@ static const struct rp_config_section rule_section = {
 	}};
 
 const struct rp_config_section *const rp_config_sections[] = {
-	&daemon_section,  &api_section,          &rings_section,    &ring_device_section,
+	&daemon_section,  &api_section,          &profsvc_section,  &rings_section,
+	&ring_device_section,
 	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &gpu_pm_section,
 	&xla_section, &sessions_section,
 	&alertmanager_section, &rule_section,

@@ -89,6 +89,11 @@ struct rp_config {
 	uint64_t api_header_timeout_ns; /* connect (or last answer) to complete headers */
 	unsigned api_max_requests;      /* in progress at once; more get 503 */
 	unsigned api_max_snapshots;     /* snapshot-class requests at once; more get 503 */
+	/* [profiler_service]: tensorflow.ProfilerService for XProf (profsvc.h) */
+	char profsvc_listen[64];            /* "host:port"; "" = off */
+	bool profsvc_allow_unauthenticated; /* else a non-loopback listen is refused */
+	uint64_t profsvc_snapshot_ns;       /* GetSnapshot: the last this long */
+	uint64_t profsvc_request_timeout_ns;/* connect (or last answer) to a complete request */
 	/* [rings] defaults; [ring.NAME] per device */
 	struct rp_ring_config ring_default;
 	struct rp_ring_config rings[RP_CONFIG_MAX_RINGS];

@@ -1304,6 +1304,71 @@ static int op_collector_pause(void *ctx, const char *name, bool paused, json_t *
 	return rc;
 }
 
+/* The session's XSpace file, read back whole: at most max_bytes. */
+static int read_xspace(struct rp_control *c, const char *dir, size_t max_bytes, uint8_t **buf,
+		       size_t *len, struct rp_err *err)
+{
+	char host[sizeof(c->host)], path[PATH_MAX];
+	snprintf(host, sizeof(host), "%s", c->host);
+	rp_session_file_host(host);
+	snprintf(path, sizeof(path), "%s/%s%s", dir, host, rp_export_suffix(RP_EXPORT_XPLANE));
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int rc = rp_err_set(err, -errno, "cannot read %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	size_t size = (size_t)st.st_size;
+	int rc = 0;
+	*buf = NULL;
+	if (size > max_bytes)
+		rc = rp_err_set(err, -EFBIG, "%s holds %zu bytes, more than the %zu that are "
+				"served; open it from the log directory", path, size, max_bytes);
+	else if (!(*buf = malloc(size ? size : 1)))
+		rc = rp_err_set(err, -ENOMEM, "out of memory for %s (%zu bytes)", path, size);
+	for (size_t have = 0; rc == 0 && have < size;) {
+		ssize_t n = read(fd, *buf + have, size - have);
+		if (n <= 0)
+			rc = rp_err_set(err, n ? -errno : -EIO, "cannot read %s: %s", path,
+					n ? strerror(errno) : "it shrank while read");
+		have += n > 0 ? (size_t)n : 0;
+	}
+	close(fd);
+	if (rc < 0) {
+		free(*buf);
+		*buf = NULL;
+	}
+	*len = size;
+	return rc;
+}
+
+int rp_control_xspace(struct rp_control *c, const struct rp_xspace_req *req, uint8_t **xspace,
+		      size_t *len, struct rp_err *err)
+{
+	uint64_t t_req = rp_clock_now_ns();
+	struct rp_session_opts o = { .kind = RP_SESSION_SNAPSHOT };
+	fill_opts(c, &o, "", "", req->source, req->reason);
+	o.start_ns = req->start_ns;
+	o.end_ns = req->end_ns < t_req ? req->end_ns : t_req;
+	o.asked_ns = o.end_ns - (o.start_ns < o.end_ns ? o.start_ns : o.end_ns);
+	json_t *s = NULL;
+	pthread_mutex_lock(&c->lock);
+	int rc = snapshot_locked(c, &o, NULL, t_req, &s, err);
+	pthread_mutex_unlock(&c->lock);
+	const char *dir = rc == 0 ? path_of(s) : NULL;
+	if (rc == 0 && !dir)
+		rc = rp_err_set(err, -EIO, "the session has no directory");
+	const struct rp_export_opts eo = { .beneath = c->cfg->logdir };
+	if (rc == 0)
+		rc = rp_export_session(dir, c->host, 1u << RP_EXPORT_XPLANE, &eo, err);
+	if (rc == 0)
+		rc = read_xspace(c, dir, req->max_bytes, xspace, len, err);
+	json_decref(s);
+	return rc;
+}
+
 const struct rp_api_ops rp_control_ops = {
 	.status = op_status,
 	.snapshot = op_snapshot,

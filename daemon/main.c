@@ -15,6 +15,7 @@
 #include "client.h"
 #include "config.h"
 #include "control.h"
+#include "profsvc.h"
 #include "notify.h"
 #include "producers.h"
 #include "rings.h"
@@ -56,6 +57,17 @@ static int ingest_alive(void *rings, uint64_t timeout_ns, struct rp_err *err)
 {
 	(void)timeout_ns;
 	return rp_rings_flush(rings, err);
+}
+
+/* The profiler service's windows: snapshots through the session thread's
+ * machinery, kept in the log directory, with their XSpace. */
+static int xprof_window(void *control, uint64_t start_ns, uint64_t end_ns, const char *reason,
+			uint8_t **buf, size_t *len, struct rp_err *err)
+{
+	const struct rp_xspace_req req = { .start_ns = start_ns, .end_ns = end_ns,
+					   .source = "xprof", .reason = reason,
+					   .max_bytes = RP_PROFSVC_MAX_XSPACE };
+	return rp_control_xspace(control, &req, buf, len, err);
 }
 
 /* GET /v1/status over the control socket, as `ringprof status` asks it:
@@ -236,6 +248,7 @@ int main(int argc, char **argv)
 	struct rp_control *control = NULL;
 	struct rp_producers *producers = NULL;
 	struct rp_api *api = NULL;
+	struct rp_profsvc *profsvc = NULL;
 	struct rp_notify *notify = NULL;
 	struct rp_api_opts api_opts = {
 		.socket_path = cfg.socket,
@@ -263,6 +276,17 @@ int main(int argc, char **argv)
 		rc = rp_api_start(&api_opts, &rp_control_ops, control, &api, &err);
 	if (rc == 0)
 		rc = rp_producers_start(&cfg, rings, &producers, &err);
+	if (rc == 0 && cfg.profsvc_listen[0]) {
+		const struct rp_profsvc_opts ps = {
+			.listen = cfg.profsvc_listen,
+			.allow_unauthenticated = cfg.profsvc_allow_unauthenticated,
+			.snapshot_ns = cfg.profsvc_snapshot_ns,
+			.max_duration_ns = cfg.max_duration_ns,
+			.request_timeout_ns = cfg.profsvc_request_timeout_ns,
+			.window = xprof_window, .ctx = control,
+		};
+		rc = rp_profsvc_start(&ps, &profsvc, &err);
+	}
 	struct rp_err pid_err = { 0 };
 	bool pidfile = rc == 0 && write_pidfile(cfg.state_dir, &pid_err) == 0;
 	if (rc == 0 && !pidfile) /* it still serves: ringprof shutdown needs no pidfile */
@@ -312,6 +336,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ringprofd: %s: sealing the rings and exiting\n", strsignal(sig));
 	}
 	rp_notify_stop(notify);
+	rp_profsvc_stop(profsvc);
 	rp_api_stop(api);
 	if (pidfile)
 		remove_pidfile(cfg.state_dir);

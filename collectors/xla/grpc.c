@@ -36,6 +36,7 @@ void rp_grpc_deframer_init(struct rp_grpc_deframer *d, size_t max)
 {
 	memset(d, 0, sizeof(*d));
 	d->max = max;
+	d->what = "response";
 }
 
 void rp_grpc_deframer_free(struct rp_grpc_deframer *d)
@@ -49,8 +50,8 @@ int rp_grpc_deframe(struct rp_grpc_deframer *d, const uint8_t *data, size_t len,
 {
 	while (len) {
 		if (d->messages)
-			return rp_err_set(err, -EBADMSG, "the response holds more than one gRPC "
-					  "message, but the method is unary");
+			return rp_err_set(err, -EBADMSG, "the %s holds more than one gRPC "
+					  "message, but the method is unary", d->what);
 		if (d->prefix_have < GRPC_PREFIX) {
 			size_t n = GRPC_PREFIX - d->prefix_have;
 			n = n < len ? n : len;
@@ -59,14 +60,16 @@ int rp_grpc_deframe(struct rp_grpc_deframer *d, const uint8_t *data, size_t len,
 			if (d->prefix_have < GRPC_PREFIX)
 				break;
 			if (d->prefix[0] != 0)
-				return rp_err_set(err, -EBADMSG, "the response message is compressed "
-						  "(flag %u), which was not asked for", d->prefix[0]);
+				return rp_err_set(err, -EBADMSG, "the %s message is compressed "
+						  "(flag %u), which was not asked for", d->what,
+						  d->prefix[0]);
 			d->want = (uint32_t)d->prefix[1] << 24 | (uint32_t)d->prefix[2] << 16 |
 				  (uint32_t)d->prefix[3] << 8 | d->prefix[4];
 			if (d->want > d->max)
-				return rp_err_set(err, -EMSGSIZE, "the response announces %u bytes, "
-						  "more than the cap of %zu: raise the cap or "
-						  "profile a shorter window", d->want, d->max);
+				return rp_err_set(err, -EMSGSIZE, "the %s announces %u bytes, "
+						  "more than the cap of %zu%s", d->what, d->want,
+						  d->max, strcmp(d->what, "response") ? "" :
+						  ": raise the cap or profile a shorter window");
 		}
 		size_t n = d->want - d->have;
 		n = n < len ? n : len;
@@ -77,8 +80,8 @@ int rp_grpc_deframe(struct rp_grpc_deframer *d, const uint8_t *data, size_t len,
 			cap = cap > d->want ? d->want : cap;
 			uint8_t *m = realloc(d->msg, cap);
 			if (!m)
-				return rp_err_set(err, -ENOMEM, "out of memory for a %u-byte response",
-						  d->want);
+				return rp_err_set(err, -ENOMEM, "out of memory for a %u-byte %s",
+						  d->want, d->what);
 			d->msg = m, d->cap = cap;
 		}
 		if (n)
@@ -95,11 +98,11 @@ int rp_grpc_deframe_end(const struct rp_grpc_deframer *d, struct rp_err *err)
 	if (d->messages == 1)
 		return 0;
 	if (d->prefix_have < GRPC_PREFIX)
-		return rp_err_set(err, -EBADMSG, "the response ended %s",
+		return rp_err_set(err, -EBADMSG, "the %s ended %s", d->what,
 				  d->prefix_have ? "inside a gRPC message prefix" :
 				  "without a message");
-	return rp_err_set(err, -ECONNRESET, "the response ended after %zu of the %u bytes "
-			  "its prefix announced", d->have, d->want);
+	return rp_err_set(err, -ECONNRESET, "the %s ended after %zu of the %u bytes "
+			  "its prefix announced", d->what, d->have, d->want);
 }
 
 struct call {
@@ -213,22 +216,33 @@ static int on_error(nghttp2_session *s, int code, const char *msg, size_t len, v
 	return 0;
 }
 
-/* Split "host:port" / "[v6]:port" and connect, non-blocking. */
-static int start_connect(const char *addr, int *fd_out, struct rp_err *err)
+int rp_grpc_split_addr(const char *addr, char *host, size_t host_size, const char **port,
+		       struct rp_err *err)
 {
-	char host[256];
 	const char *colon = strrchr(addr, ':');
 	const char *h = addr;
 	size_t hlen = colon ? (size_t)(colon - addr) : 0;
 	if (hlen >= 2 && addr[0] == '[' && addr[hlen - 1] == ']')
 		h++, hlen -= 2;
-	if (!colon || !hlen || hlen >= sizeof(host) || !colon[1])
+	if (!colon || !hlen || hlen >= host_size || !colon[1])
 		return rp_err_set(err, -EINVAL, "\"%s\" is not HOST:PORT", addr);
 	memcpy(host, h, hlen);
 	host[hlen] = 0;
+	*port = colon + 1;
+	return 0;
+}
+
+/* Resolve "host:port" / "[v6]:port" and connect, non-blocking. */
+static int start_connect(const char *addr, int *fd_out, struct rp_err *err)
+{
+	char host[256];
+	const char *port;
+	int r = rp_grpc_split_addr(addr, host, sizeof(host), &port, err);
+	if (r < 0)
+		return r;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
 	struct addrinfo *ai;
-	int r = getaddrinfo(host, colon + 1, &hints, &ai);
+	r = getaddrinfo(host, port, &hints, &ai);
 	if (r)
 		return rp_err_set(err, r == EAI_SERVICE ? -EINVAL : -EHOSTUNREACH,
 				  "cannot resolve %s: %s", addr, gai_strerror(r));

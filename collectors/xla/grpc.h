@@ -31,10 +31,17 @@ int rp_grpc_unary(const char *addr, const char *path, const uint8_t *req, size_t
 		  unsigned timeout_ms, size_t max_response, uint8_t **resp, size_t *resp_len,
 		  struct rp_err *err);
 
-/* The gRPC message framing of a response body, fed as it arrives: one
+/* "host:port" or "[v6]:port" into host (brackets dropped) and *port
+ * (pointing into addr): 0, or -EINVAL naming addr. */
+int rp_grpc_split_addr(const char *addr, char *host, size_t host_size, const char **port,
+		       struct rp_err *err);
+
+/* The gRPC message framing of a body (a response, or a request on the
+ * serving side), fed as it arrives: one
  * message (unary), uncompressed, of at most `max` bytes. */
 struct rp_grpc_deframer {
 	size_t max;
+	const char *what;   /* in messages: "response" (the default), "request" */
 	uint8_t prefix[5];
 	size_t prefix_have;
 	uint32_t want;      /* the prefix's length, once read */

@@ -6,7 +6,6 @@
  * HTTP/1.1 answer (or nothing, when the input is not a request), and the
  * server must go on answering. */
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 
 #include "alerts.h"
 #include "api.h"
+#include "exchange.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -134,25 +134,7 @@ static size_t exchange(const uint8_t *data, size_t size, char *out, size_t cap, 
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	check(fd >= 0, "socket failed");
 	check(connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0, "the server is gone");
-	for (size_t off = 0; off < size;) {
-		ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
-		if (n <= 0)
-			break; /* the server answered early and closed */
-		off += (size_t)n;
-	}
-	(void)shutdown(fd, SHUT_WR);
-	size_t got = 0;
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	while (poll(&p, 1, wait_ms) == 1) {
-		char sink[4096];
-		ssize_t n = recv(fd, got < cap ? out + got : sink,
-				 got < cap ? cap - got : sizeof(sink), 0);
-		if (n <= 0)
-			break;
-		got += got < cap ? (size_t)n : 0;
-	}
-	close(fd);
-	return got;
+	return fuzz_exchange(fd, data, size, out, cap, wait_ms);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -127,6 +127,11 @@ static const char full[] =
 	"[api]\n"
 	"tcp_listen = 127.0.0.1:7070\n"
 	"token_file = /etc/ringprof/token\n"
+	"[profiler_service]\n"
+	"listen = [::1]:8466\n"
+	"allow_unauthenticated = true\n"
+	"snapshot = 5s\n"
+	"request_timeout = 2s\n"
 	"[rings]\n"
 	"budget = 1GiB\n"
 	"slot_size = 256KiB\n"
@@ -164,6 +169,10 @@ static void load_valid(void **state)
 	assert_int_equal(c.seal_interval_ns, 2500 * MS);
 	assert_string_equal(c.tcp_listen, "127.0.0.1:7070");
 	assert_string_equal(c.token_file, "/etc/ringprof/token");
+	assert_string_equal(c.profsvc_listen, "[::1]:8466");
+	assert_true(c.profsvc_allow_unauthenticated);
+	assert_int_equal(c.profsvc_snapshot_ns, 5000 * MS);
+	assert_int_equal(c.profsvc_request_timeout_ns, 2000 * MS);
 	assert_int_equal(c.ring_default.budget_bytes, 1024 * MiB);
 	assert_int_equal(c.ring_default.slot_size, 256 * KiB);
 	assert_int_equal(c.nrings, 3); /* gpu0 repeated: one entry, last value wins */
@@ -291,9 +300,15 @@ static void load_errors(void **state)
 		{"[daemon]\nhost_name = node/1\n", -EINVAL, 2,
 		 "[daemon] host_name: host name 'node/1': '/' is not allowed"},
 		{"[daemon]\nsocket = /x\n[bogus]\n", -EINVAL, 3,
-		 "unknown section [bogus]; known sections: [daemon], [api], [rings], "
+		 "unknown section [bogus]; known sections: [daemon], [api], [profiler_service], [rings], "
 		 "[ring.DEVICE], [producers], [sampler], [host_metrics], [psi], [gpu_pm], [xla], [sessions], [alertmanager], "
 		 "[rule.NAME]"},
+		{"[profiler_service]\nlisten = 8466\n", -EINVAL, 2,
+		 "[profiler_service] listen: '8466' is not host:port"},
+		{"[profiler_service]\nallow_unauthenticated = yes\n", -EINVAL, 2,
+		 "[profiler_service] allow_unauthenticated: 'yes' is not one of true, false"},
+		{"[profiler_service]\nrequest_timeout = 1ms\n", -ERANGE, 2,
+		 "[profiler_service] request_timeout: '1ms' is less than the minimum, 100ms"},
 		{"# comment\nsocket = /x\n", -EINVAL, 2, "key 'socket' is outside any section"},
 		{"[daemon]\nsocket = /x\n\npoll_interval = 2s\n", -ERANGE, 4,
 		 "[daemon] poll_interval: '2s' is more than the maximum, 1s"},
