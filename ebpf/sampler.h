@@ -84,12 +84,12 @@ const struct rp_user_stack *rp_sampler_user_stack(const struct rp_sampler *s);
 /* Process pid's frame-pointer walks are whole although they look cut
  * short: copy no stack of it (stack_copy 0) until until_ns (host clock).
  * 0 or a negative errno. */
-int rp_sampler_trust_fp(struct rp_sampler *s, uint32_t pid, uint64_t until_ns);
+RP_MUST_CHECK int rp_sampler_trust_fp(struct rp_sampler *s, uint32_t pid, uint64_t until_ns);
 
 /* Walk the Python frames of process pid's samples as py says (NULL: stop
  * walking them).  0 or a negative errno (-E2BIG: 4096 processes already). */
 struct rp_py_proc;
-int rp_sampler_set_python(struct rp_sampler *s, uint32_t pid, const struct rp_py_proc *py);
+RP_MUST_CHECK int rp_sampler_set_python(struct rp_sampler *s, uint32_t pid, const struct rp_py_proc *py);
 
 void rp_sampler_stats(const struct rp_sampler *s, struct rp_sampler_stats *st);
 void rp_sampler_close(struct rp_sampler *s);

@@ -36,7 +36,7 @@ struct rp_producer_opts {
 
 /* A client, not yet connected.  -EINVAL: a device name or socket path
  * that cannot be right. */
-int rp_producer_new(const struct rp_producer_opts *opts, struct rp_producer **out,
+RP_MUST_CHECK int rp_producer_new(const struct rp_producer_opts *opts, struct rp_producer **out,
 		    struct rp_err *err);
 /* Closes the ring (a daemon holding it drains what is left). */
 void rp_producer_free(struct rp_producer *p);

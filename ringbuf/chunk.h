@@ -63,7 +63,7 @@ RP_MUST_CHECK int rp_chunk_reader_load(struct rp_chunk_reader *r, const void *bu
  * Returns 1 when id changed, 0 when not, or rp_chunk_header_check's
  * error (-EBADMSG corrupt, -EPROTONOSUPPORT newer), -EBADMSG for a payload
  * that does not decompress.  Leaves the reader with nothing loaded. */
-int rp_chunk_reader_device_info(struct rp_chunk_reader *r, const void *buf, size_t len,
+RP_MUST_CHECK int rp_chunk_reader_device_info(struct rp_chunk_reader *r, const void *buf, size_t len,
 				struct rp_device_identity *id, struct rp_err *err);
 /* The loaded chunk's header; NULL unless the last load succeeded. */
 const struct rp_chunk_header *rp_chunk_reader_header(const struct rp_chunk_reader *r);

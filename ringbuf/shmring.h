@@ -110,7 +110,7 @@ RP_MUST_CHECK int rp_shmring_adopt(int fd, uint32_t pid, uint32_t tid, uint64_t 
  * marked by the same consumer with -EALREADY: it drains that one already
  * (a producer that took a slow drain for a dead daemon). */
 void rp_shmring_set_consumer(struct rp_shmring *r, uint64_t consumer);
-int rp_shmring_fd(const struct rp_shmring *r);
+RP_MUST_CHECK int rp_shmring_fd(const struct rp_shmring *r);
 /* The ring's fd, which the caller now owns; the ring keeps working on its
  * mapping (rp_shmring_fd gives -1 from then on).  A consumer holding
  * thousands of rings need not hold their fds. */

@@ -30,7 +30,7 @@ const char *rp_export_format_name(enum rp_export_format f);
 const char *rp_export_suffix(enum rp_export_format f);
 /* A comma-separated list of format names, "all" or "none", into a mask
  * of (1 << format).  -EINVAL with a message naming the known formats. */
-int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err);
+RP_MUST_CHECK int rp_export_parse_formats(const char *list, unsigned *mask, struct rp_err *err);
 
 /* What the Perfetto trace's tracks hang under (see perfetto.c): */
 enum rp_perfetto_grouping {
@@ -43,7 +43,7 @@ enum rp_perfetto_grouping {
 /* "process", "device", "thread". */
 const char *rp_export_grouping_name(enum rp_perfetto_grouping g);
 /* One of those names into *g.  -EINVAL with a message naming them. */
-int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
+RP_MUST_CHECK int rp_export_parse_grouping(const char *name, enum rp_perfetto_grouping *g,
 			     struct rp_err *err);
 
 #endif

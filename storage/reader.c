@@ -157,8 +157,10 @@ static void note_metadata(struct rp_reader *r, const struct rp_event *ev)
 						ev->u.mapping.build_id, ev->u.mapping.build_id_len);
 		break;
 	case RP_EV_PY_CODE:
-		rp_symbolizer_add_py_code(r->sym, ev->pid, ev->u.py_code.code, ev->u.py_code.lasti,
-					  ev->u.py_code.line, ev->name ? ev->name : "");
+		/* a code location not kept leaves its frames "[unknown python frame]" */
+		(void)rp_symbolizer_add_py_code(r->sym, ev->pid, ev->u.py_code.code,
+						ev->u.py_code.lasti, ev->u.py_code.line,
+						ev->name ? ev->name : "");
 		break;
 	case RP_EV_PROCESS_NAME:
 		note_name(r, name_key(ev->pid, 0), ev->name, false);

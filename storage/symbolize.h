@@ -83,7 +83,7 @@ RP_MUST_CHECK int rp_symbolizer_add_mapping(struct rp_symbolizer *s, uint32_t pi
  * RP_EV_PY_CODE event).  Python frames of CPU samples (RP_PY_FRAME) are
  * named from these: "qualname (file:line)", module "[python]", and
  * "[unknown python frame]" without one.  -ENOMEM or -EINVAL (pid 0). */
-int rp_symbolizer_add_py_code(struct rp_symbolizer *s, uint32_t pid, uint64_t code,
+RP_MUST_CHECK int rp_symbolizer_add_py_code(struct rp_symbolizer *s, uint32_t pid, uint64_t code,
 			      uint32_t lasti, uint32_t line, const char *name);
 
 /* The address to name for frame i of a CPU sample's stack (frames leaf

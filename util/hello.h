@@ -68,6 +68,6 @@ RP_MUST_CHECK int rp_hello_receive(int conn_fd, struct rp_hello *hello, struct u
  * (may be NULL, truncated to fit) tells the producer why; ring_fd is sent
  * only with status 0 and then must be >= 0.  Returns 0 or -errno (-EPIPE:
  * the producer is gone). */
-int rp_hello_reply(int conn_fd, int status, const char *message, int ring_fd);
+RP_MUST_CHECK int rp_hello_reply(int conn_fd, int status, const char *message, int ring_fd);
 
 #endif

@@ -54,7 +54,7 @@ struct rp_pyframes_stats {
 
 struct rp_pyframes;
 
-int rp_pyframes_new(const struct rp_pyframes_opts *opts, struct rp_pyframes **out,
+RP_MUST_CHECK int rp_pyframes_new(const struct rp_pyframes_opts *opts, struct rp_pyframes **out,
 		    struct rp_err *err);
 void rp_pyframes_free(struct rp_pyframes *p);
 
@@ -64,7 +64,7 @@ void rp_pyframes_free(struct rp_pyframes *p);
  * location new to the process, and writes the sample with its Python
  * frames merged in to *out (its frames in frames, which needs
  * RP_STACK_MAX).  Returns 0 or the first error of fn. */
-int rp_pyframes_sample(struct rp_pyframes *p, const struct rp_event *sample, const uint64_t *py,
+RP_MUST_CHECK int rp_pyframes_sample(struct rp_pyframes *p, const struct rp_event *sample, const uint64_t *py,
 		       unsigned npy, rp_event_fn fn, void *ctx, struct rp_event *out,
 		       uint64_t *frames);
 
@@ -89,7 +89,7 @@ struct rp_py_code {
  * running CPython 3.minor, reading its memory with read.  code_type: the
  * address of PyCode_Type in the process (0: not checked).  -EINVAL when
  * it does not read as a code object, -ENOTSUP for another version. */
-int rp_py_describe(unsigned minor, rp_py_read_fn read, void *ctx, uint32_t pid, uint64_t code,
+RP_MUST_CHECK int rp_py_describe(unsigned minor, rp_py_read_fn read, void *ctx, uint32_t pid, uint64_t code,
 		   uint64_t code_type, uint32_t lasti, struct rp_py_code *out);
 
 /* Where a process's interpreter runs: _PyEval_EvalFrameDefault and the

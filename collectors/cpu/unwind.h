@@ -43,7 +43,7 @@ struct rp_unwind_stats {
 struct rp_unwind;
 
 /* proc_root: "/proc", another directory in tests. */
-int rp_unwind_new(const char *proc_root, struct rp_unwind **out, struct rp_err *err);
+RP_MUST_CHECK int rp_unwind_new(const char *proc_root, struct rp_unwind **out, struct rp_err *err);
 void rp_unwind_free(struct rp_unwind *u);
 
 /* Unwinds in: writes the instruction pointer, then the return addresses,

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "err.h"
 #include "event.h"
 
 /* GPUs one process can see (CUDA device ordinals). */
@@ -58,7 +59,7 @@ extern const unsigned rp_cupti_noisy_count;
  *   < 0: -EINVAL, a record of a recorded kind that cannot be right (no
  *        start, end before start): dropped and counted.
  * pid is the workload's, stamped into GPU activity. */
-int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_name,
+RP_MUST_CHECK int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_name,
 		       char *namebuf, struct rp_event *ev);
 
 /* The device ordinal a DEVICE record (CUpti_ActivityDevice5) describes and

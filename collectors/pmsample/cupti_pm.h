@@ -152,7 +152,7 @@ struct rp_cupti {
 /* Load libcupti (its host side works without a driver); with_cuda also
  * libcuda and cuInit: -ENODEV when there is no driver or no GPU.  why
  * names the library and the fix. */
-int rp_cupti_open(struct rp_cupti *c, bool with_cuda, struct rp_err *why);
+RP_MUST_CHECK int rp_cupti_open(struct rp_cupti *c, bool with_cuda, struct rp_err *why);
 void rp_cupti_close(struct rp_cupti *c);
 /* "CUPTI_ERROR_...: message" for a result, into buf. */
 const char *rp_cupti_strerror(const struct rp_cupti *c, int result, char *buf, size_t len);

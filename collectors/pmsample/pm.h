@@ -18,7 +18,7 @@
 
 /* The chips this libcupti knows ("GA100", "GH100", ...): *n of them into
  * chips (at most max); the names belong to libcupti. */
-int rp_pm_chips(const struct rp_cupti *c, const char **chips, size_t max, size_t *n,
+RP_MUST_CHECK int rp_pm_chips(const struct rp_cupti *c, const char **chips, size_t max, size_t *n,
 		struct rp_err *err);
 
 /* A metric: the counter's name in the ring ("gpu_pm/<name>") and CUPTI's. */
@@ -32,7 +32,7 @@ struct rp_pm_metric {
 const struct rp_pm_metric *rp_pm_default_metrics(const char *chip);
 
 /* "a, b,c" into names: -EINVAL naming an empty or too long item. */
-int rp_pm_parse_metrics(const char *list, char names[][RP_PM_METRIC_LEN], size_t max,
+RP_MUST_CHECK int rp_pm_parse_metrics(const char *list, char names[][RP_PM_METRIC_LEN], size_t max,
 			size_t *n, struct rp_err *err);
 
 /* A metric set compiled for a chip: the config image PM sampling takes
@@ -51,7 +51,7 @@ struct rp_pm_config {
  * availability image, or NULL for the chip in general).  -EINVAL naming
  * the first metric the chip does not have, or the pass count when the set
  * needs more than one.  metrics must outlive cfg. */
-int rp_pm_config_build(const struct rp_cupti *c, const char *chip, const uint8_t *availability,
+RP_MUST_CHECK int rp_pm_config_build(const struct rp_cupti *c, const char *chip, const uint8_t *availability,
 		       const char *const *metrics, size_t n, struct rp_pm_config *cfg,
 		       struct rp_err *err);
 void rp_pm_config_free(const struct rp_cupti *c, struct rp_pm_config *cfg);
@@ -69,14 +69,14 @@ struct rp_pm_session {
 };
 
 /* The device's chip name and counter availability image (malloc'ed). */
-int rp_pm_device_chip(const struct rp_cupti *c, size_t device, char *chip, size_t len,
+RP_MUST_CHECK int rp_pm_device_chip(const struct rp_cupti *c, size_t device, char *chip, size_t len,
 		      uint8_t **availability, struct rp_err *err);
 
 /* Enable, configure (KEEP_LATEST and a time trigger where the device has
  * them) and start.  -EBUSY: another profiler holds the counters; -EACCES:
  * profiling is restricted to admins; -EOPNOTSUPP: MIG or an unsupported
  * device.  why says which and the fix. */
-int rp_pm_session_start(struct rp_pm_session *s, const struct rp_cupti *c, size_t device,
+RP_MUST_CHECK int rp_pm_session_start(struct rp_pm_session *s, const struct rp_cupti *c, size_t device,
 			const struct rp_pm_config *cfg, uint64_t interval_ns, size_t hw_buffer,
 			uint32_t max_samples, struct rp_err *why);
 void rp_pm_session_stop(struct rp_pm_session *s);

@@ -28,9 +28,9 @@ struct rp_psi {
 /* Parse the text of one pressure file.  -EBADMSG, naming what and where,
  * for anything else: an unknown line, a missing or malformed field, an
  * avg10 outside 0..100, no "some" line. */
-int rp_psi_parse(const char *text, struct rp_psi *out, struct rp_err *err);
+RP_MUST_CHECK int rp_psi_parse(const char *text, struct rp_psi *out, struct rp_err *err);
 
 /* Read and parse path; errors name the file. */
-int rp_psi_read(const char *path, struct rp_psi *out, struct rp_err *err);
+RP_MUST_CHECK int rp_psi_read(const char *path, struct rp_psi *out, struct rp_err *err);
 
 #endif

@@ -27,13 +27,13 @@
 /* Call `path` ("/package.Service/Method") on addr ("host:port",
  * "[v6]:port") with the serialized request.  On success returns 0 and
  * *resp (malloc'ed, the caller frees) holds the response message. */
-int rp_grpc_unary(const char *addr, const char *path, const uint8_t *req, size_t req_len,
+RP_MUST_CHECK int rp_grpc_unary(const char *addr, const char *path, const uint8_t *req, size_t req_len,
 		  unsigned timeout_ms, size_t max_response, uint8_t **resp, size_t *resp_len,
 		  struct rp_err *err);
 
 /* "host:port" or "[v6]:port" into host (brackets dropped) and *port
  * (pointing into addr): 0, or -EINVAL naming addr. */
-int rp_grpc_split_addr(const char *addr, char *host, size_t host_size, const char **port,
+RP_MUST_CHECK int rp_grpc_split_addr(const char *addr, char *host, size_t host_size, const char **port,
 		       struct rp_err *err);
 
 /* The gRPC message framing of a body (a response, or a request on the
@@ -52,10 +52,10 @@ struct rp_grpc_deframer {
 
 void rp_grpc_deframer_init(struct rp_grpc_deframer *d, size_t max);
 /* Consume len more body bytes: 0, or -EMSGSIZE / -EBADMSG / -ENOMEM. */
-int rp_grpc_deframe(struct rp_grpc_deframer *d, const uint8_t *data, size_t len,
+RP_MUST_CHECK int rp_grpc_deframe(struct rp_grpc_deframer *d, const uint8_t *data, size_t len,
 		    struct rp_err *err);
 /* At the end of the body: 0 when exactly one whole message arrived. */
-int rp_grpc_deframe_end(const struct rp_grpc_deframer *d, struct rp_err *err);
+RP_MUST_CHECK int rp_grpc_deframe_end(const struct rp_grpc_deframer *d, struct rp_err *err);
 void rp_grpc_deframer_free(struct rp_grpc_deframer *d);
 
 #endif

@@ -32,17 +32,17 @@ struct rp_xla_window {
 
 /* Profile for o->duration_ms and return the window.  timeout_ms bounds the
  * whole call and must exceed the duration; max_bytes caps the response. */
-int rp_xla_profile(const char *addr, const struct rp_xla_profile_opts *o, unsigned timeout_ms,
+RP_MUST_CHECK int rp_xla_profile(const char *addr, const struct rp_xla_profile_opts *o, unsigned timeout_ms,
 		   size_t max_bytes, struct rp_xla_window *out, struct rp_err *err);
 
 /* Continuous profiling: start it, then GetSnapshot returns what was
  * recorded since the start or the last snapshot.  -ENOSYS when the server
  * lacks the method. */
-int rp_xla_start_continuous(const char *addr, const struct rp_xla_profile_opts *o,
+RP_MUST_CHECK int rp_xla_start_continuous(const char *addr, const struct rp_xla_profile_opts *o,
 			    unsigned timeout_ms, struct rp_err *err);
-int rp_xla_get_snapshot(const char *addr, unsigned timeout_ms, size_t max_bytes,
+RP_MUST_CHECK int rp_xla_get_snapshot(const char *addr, unsigned timeout_ms, size_t max_bytes,
 			struct rp_xla_window *out, struct rp_err *err);
-int rp_xla_stop_continuous(const char *addr, unsigned timeout_ms, struct rp_err *err);
+RP_MUST_CHECK int rp_xla_stop_continuous(const char *addr, unsigned timeout_ms, struct rp_err *err);
 
 void rp_xla_window_free(struct rp_xla_window *w);
 
