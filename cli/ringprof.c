@@ -28,9 +28,10 @@
 #include "session.h"
 #include "summary.h"
 #include "text.h"
+#include "names.h"
 
 #define EXIT_USAGE 2
-#define NAME_MAX_LEN 63
+#define NAME_MAX_LEN (RP_NAME_LEN - 1)
 #define REASON_MAX_LEN 255
 #define CPU_SAMPLE_HZ_MAX 10000
 #define POLL_INTERVAL_MS 100

@@ -25,9 +25,10 @@
 #include "reader.h"
 #include "summary.h"
 #include "text.h"
+#include "names.h"
 
 #define EXIT_USAGE 2
-#define NAME_MAX_LEN 63
+#define NAME_MAX_LEN (RP_NAME_LEN - 1)
 #define CPU_SAMPLE_HZ_MAX 10000
 /* How often the command's process tree is looked for in /proc: a child
  * that lives shorter may be missed. */

@@ -10,11 +10,11 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "names.h"
 
 #define RP_API_BODY_MAX (64 * 1024)
 
 struct rp_alert_batch; /* alerts.h */
-#define RP_NAME_LEN 64
 
 /* Looking at one job: the processes whose events a session keeps (its
  * "filter" in the manifest; none: every process), by pid and by cgroup

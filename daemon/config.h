@@ -18,6 +18,7 @@
 #include <stdio.h>
 
 #include "err.h"
+#include "names.h"
 
 #define RP_CONFIG_MAX_RINGS 32
 /* The largest producer ring: [producers] ring_size and a hello's ring size. */
@@ -54,7 +55,7 @@ enum rp_rule_type {
 
 /* [rule.NAME]: a condition on the daemon's own data that takes a snapshot. */
 struct rp_rule_config {
-	char name[64];
+	char name[RP_NAME_LEN];
 	enum rp_rule_type type;
 	char range[200];         /* slow_range: the annotation range's name */
 	double factor;           /* slow_range: how many times the median */
@@ -67,7 +68,7 @@ struct rp_rule_config {
 };
 
 struct rp_ring_config {
-	char device[64];      /* "host", "gpu0", ...; "" = the default for all */
+	char device[RP_NAME_LEN]; /* "host", "gpu0", ...; "" = the default for all */
 	uint64_t budget_bytes;
 	uint32_t slot_size;   /* largest chunk */
 	uint64_t max_age_ns;  /* UINT64_MAX: "none"; 0 ([ring.X] only): inherit [rings] */
@@ -142,7 +143,7 @@ struct rp_config {
  * address; the XLA collector pulls from each until PID exits. */
 #define RP_XLA_REGISTRY_DIR "xla-endpoints"
 	/* [sessions] */
-	char default_run[64];
+	char default_run[RP_NAME_LEN];
 	uint64_t default_last_ns;    /* snapshot window when none is given */
 	uint64_t max_duration_ns;    /* longest window / capture accepted */
 	uint64_t sessions_max_bytes; /* retention quota of the logdir; 0 = none */
@@ -211,7 +212,7 @@ struct rp_config_key {
 
 /* [name.NAME] sections (name "ring."): one entry per NAME in an array of
  * entries that each start with their NAME, a char[RP_CONFIG_NAME_SIZE]. */
-#define RP_CONFIG_NAME_SIZE 64
+#define RP_CONFIG_NAME_SIZE RP_NAME_LEN
 struct rp_config_list {
 	size_t count;                /* offset of the unsigned count in struct rp_config */
 	size_t entry_size;

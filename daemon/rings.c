@@ -20,6 +20,7 @@
 #include "collector.h"
 #include "parse.h"
 #include "safefs.h"
+#include "names.h"
 
 #define REAP_INTERVAL_NS 1000000000ull
 /* After a round that took in no producer event and served no request,
@@ -40,7 +41,7 @@
 #define IDLE_WAIT_FACTOR 4
 
 struct device {
-	char name[64];
+	char name[RP_NAME_LEN];
 	char path[PATH_MAX];
 	/* Kind and index from the name table; the uid is the first a
 	 * producer gave (ingest thread only once the device is published). */
@@ -717,7 +718,7 @@ static void quarantine(struct rp_rings *r, int dirfd, const char *file, const st
  * (then an allowed device starts a fresh ring). */
 static void recover_ring(struct rp_rings *r, int dirfd, const char *file)
 {
-	char device[64];
+	char device[RP_NAME_LEN];
 	if (!is_ring_file(file, device, sizeof(device)))
 		return;
 	struct rp_err err = { 0 };

@@ -19,12 +19,13 @@
 #include "err.h"
 #include "ringfile.h"
 #include "shmring.h"
+#include "names.h"
 
 /* Producers with corrupt records shown per device ring. */
 #define RP_RING_CORRUPT_SHOWN 8
 
 struct rp_ring_info {
-	char device[64];
+	char device[RP_NAME_LEN];
 	char path[PATH_MAX];
 	uint64_t budget_bytes;
 	struct rp_ringfile *rf;          /* for sessions: iterate and pin */

@@ -22,10 +22,11 @@
 #include "err.h"
 #include "event.h"
 #include "gate.h"
+#include "names.h"
 
 /* A snapshot a rule asks for. */
 struct rp_rule_fire {
-	char rule[64];
+	char rule[RP_NAME_LEN];
 	char reason[512];          /* room for any rule's names and numbers */
 	uint64_t fired_ns;          /* host ns of the event that fired the rule */
 	uint64_t start_ns, end_ns;  /* the window, host ns */

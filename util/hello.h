@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "err.h"
+#include "names.h"
 
 /* Wire sizes, little-endian, fixed.  A version-1 hello (144 bytes, no
  * clock or offered ring: a producer linked against an older libringprof)
@@ -18,7 +19,7 @@
 #define RP_HELLO_V1_SIZE 144
 #define RP_REPLY_SIZE 264
 #define RP_HELLO_VERSION 2
-#define RP_HELLO_DEVICE_LEN 64   /* incl. the NUL */
+#define RP_HELLO_DEVICE_LEN RP_NAME_LEN /* incl. the NUL; 64 on the wire */
 #define RP_HELLO_THREAD_LEN 56   /* incl. the NUL */
 #define RP_REPLY_MESSAGE_LEN 248 /* incl. the NUL */
 #define RP_HELLO_CLOCK_MAX 3     /* the last enum rp_shm_clock */
