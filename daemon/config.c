@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collector_sections.h"
 #include "formats.h"
 #include "parse.h"
 #include "paths.h"
@@ -110,58 +111,6 @@ static int check_factor(const char *v, const void *value, struct rp_err *err)
 	return 0;
 }
 
-/* "123, 456": processes (tgids) to sample, each listed once; empty: all.
- * The field: uint32_t pids[RP_CONFIG_MAX_PIDS], then unsigned npids. */
-_Static_assert(offsetof(struct rp_config, sampler_npids) ==
-		       offsetof(struct rp_config, sampler_pids) + sizeof(uint32_t[RP_CONFIG_MAX_PIDS]),
-	       "the pid count follows the pids");
-static int parse_pids(void *field, const char *v, struct rp_err *err)
-{
-	uint32_t pids[RP_CONFIG_MAX_PIDS];
-	unsigned n = 0;
-	char list[256]; /* holds any line the loader takes */
-	if ((size_t)snprintf(list, sizeof(list), "%s", v) >= sizeof(list))
-		return rp_err_set(err, -EINVAL, "the list is too long: filter on a cgroup instead "
-				  "([sampler] cgroup)");
-	for (char *item = list, *next; *list && item; item = next) {
-		if ((next = strchr(item, ',')))
-			*next++ = 0;
-		item += strspn(item, " \t");
-		size_t len = strlen(item);
-		while (len && (item[len - 1] == ' ' || item[len - 1] == '\t'))
-			item[--len] = 0;
-		unsigned pid;
-		int rc;
-		if (!len)
-			return rp_err_set(err, -EINVAL, "'%s' has an empty item: give process ids "
-					  "separated by commas, such as 1234,5678", v);
-		if (n == RP_CONFIG_MAX_PIDS)
-			return rp_err_set(err, -E2BIG, "more than %d pids: filter on a cgroup instead "
-					  "([sampler] cgroup)", RP_CONFIG_MAX_PIDS);
-		if ((rc = rp_parse_uint(item, 1, RP_PID_MAX, &pid, err)))
-			return rc;
-		for (unsigned i = 0; i < n; i++)
-			if (pids[i] == pid)
-				return rp_err_set(err, -EINVAL, "pid %u is listed twice", pid);
-		pids[n++] = pid;
-	}
-	memset(field, 0, sizeof(pids));
-	memcpy(field, pids, n * sizeof(pids[0]));
-	memcpy((char *)field + sizeof(pids), &n, sizeof(n));
-	return 0;
-}
-
-static void print_pids(const void *field, char *out, size_t len)
-{
-	const uint32_t *pids = field;
-	unsigned n;
-	memcpy(&n, pids + RP_CONFIG_MAX_PIDS, sizeof(n));
-	size_t o = 0;
-	out[0] = '\0';
-	for (unsigned i = 0; i < n && o < len; i++)
-		o += (size_t)snprintf(out + o, len - o, "%s%u", i ? "," : "", pids[i]);
-}
-
 static int parse_exports(void *field, const char *v, struct rp_err *err)
 {
 	return rp_export_parse_formats(v, field, err);
@@ -194,7 +143,7 @@ static void print_grouping(const void *field, char *out, size_t len)
 
 /* ---- the sections and their keys ---- */
 
-#define DAEMON(member) RP_CONFIG_FIELD(struct rp_config, member)
+#define DAEMON(member) RP_CONFIG_DAEMON(member)
 
 static const struct rp_config_key daemon_keys[] = {
 	{"socket", RP_CONFIG_STRING, .text = "give a path", .check = check_socket, DAEMON(socket)},
@@ -252,86 +201,6 @@ static const struct rp_config_key producers_keys[] = {
 	{"device_index_max", RP_CONFIG_UINT, .min = 0, .max = 1023, .def = "31",
 	 DAEMON(producer_device_index_max)},
 };
-
-/* ---- collectors' sections: these rows go with their collector ---- */
-
-static const char *const sampler_modes[] = {
-	[RP_SAMPLER_AUTO] = "auto", [RP_SAMPLER_ON] = "true", [RP_SAMPLER_OFF] = "false",
-};
-
-/* In the order of ebpf/sampler_record.h's enum rp_sampler_stack_copy. */
-static const char *const stack_copies[] = { "cut", "never", "always" };
-
-static const struct rp_config_key sampler_keys[] = {
-	{"enabled", RP_CONFIG_ENUM, .names = sampler_modes, .max = 3, .def = "auto",
-	 DAEMON(sampler_mode)},
-	/* 99: off the 100 Hz of periodic timers, like perf -F 99 */
-	{"frequency", RP_CONFIG_UINT, .min = 1, .max = RP_CPU_SAMPLE_HZ_MAX, .def = "99",
-	 DAEMON(sampler_hz)},
-	{"max_depth", RP_CONFIG_UINT, .min = 1, .max = 127, .def = "127", DAEMON(sampler_depth)},
-	{"stack_copy", RP_CONFIG_ENUM, .names = stack_copies, .max = 3, .def = "cut",
-	 DAEMON(sampler_stack_copy)},
-	{"cgroup", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, DAEMON(sampler_cgroup)},
-	{"pids", RP_CONFIG_CUSTOM, .parse = parse_pids, .print = print_pids,
-	 .offset = offsetof(struct rp_config, sampler_pids)},
-};
-
-static const struct rp_config_key host_metrics_keys[] = {
-	{"enabled", RP_CONFIG_BOOL, .def = "true", DAEMON(host_metrics_enabled)},
-	{"interval", RP_CONFIG_DURATION, .min = 10 * MS, .max = 3600 * SEC, .def = "1s",
-	 DAEMON(host_metrics_interval_ns)},
-};
-
-static const struct rp_config_key psi_keys[] = {
-	{"enabled", RP_CONFIG_BOOL, .def = "true", DAEMON(psi_enabled)},
-	{"interval", RP_CONFIG_DURATION, .min = 10 * MS, .max = 3600 * SEC, .def = "1s",
-	 DAEMON(psi_interval_ns)},
-};
-
-/* [xla] endpoints: a comma-separated list of HOST:PORT ([V6]:PORT). */
-static int check_xla_endpoints(const char *v, const void *value, struct rp_err *err)
-{
-	(void)value;
-	for (const char *p = v; *p;) {
-		size_t n = strcspn(p, ",");
-		const char *colon = memrchr(p, ':', n);
-		unsigned port;
-		char num[8];
-		if (!colon || colon == p || (size_t)(p + n - colon - 1) >= sizeof(num))
-			return rp_err_set(err, -EINVAL, "'%.*s' is not HOST:PORT", (int)n, p);
-		memcpy(num, colon + 1, (size_t)(p + n - colon - 1));
-		num[p + n - colon - 1] = 0;
-		if (rp_parse_uint(num, 1, 65535, &port, err) < 0)
-			return rp_err_set(err, -EINVAL, "'%.*s': the port is not 1..65535", (int)n, p);
-		p += n + (p[n] == ',');
-	}
-	return 0;
-}
-
-static const struct rp_config_key xla_keys[] = {
-	{"endpoints", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, .check = check_xla_endpoints,
-	 DAEMON(xla_endpoints)},
-	{"window", RP_CONFIG_DURATION, .min = 100 * MS, .max = 60 * SEC, .def = "1s",
-	 DAEMON(xla_window_ns)},
-	{"host_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 3, .def = "1",
-	 DAEMON(xla_host_tracer_level)},
-	{"device_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 1, .def = "1",
-	 DAEMON(xla_device_tracer_level)},
-	{"python_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 1, .def = "0",
-	 DAEMON(xla_python_tracer_level)},
-};
-
-static const struct rp_config_key gpu_pm_keys[] = {
-	{"enabled", RP_CONFIG_BOOL, .def = "true", DAEMON(gpu_pm_enabled)},
-	{"interval", RP_CONFIG_DURATION, .min = 100000, .max = SEC, .def = "1ms",
-	 DAEMON(gpu_pm_interval_ns)},
-	/* Empty: the validated single-pass set of the GPU's chip. */
-	{"metrics", RP_CONFIG_STRING, RP_CONFIG_EMPTY_OK, DAEMON(gpu_pm_metrics)},
-	{"hw_buffer", RP_CONFIG_SIZE, .min = MiB, .max = 4096 * MiB, .def = "64MiB",
-	 DAEMON(gpu_pm_hw_buffer)},
-};
-
-/* ---- end of the collectors' sections ---- */
 
 static const struct rp_config_key sessions_keys[] = {
 	{"default_run", RP_CONFIG_NAME, .text = "run name", .def = "default", DAEMON(default_run)},
@@ -406,7 +275,7 @@ static const struct rp_config_key rule_keys[] = {
 	 RULE(trigger.max_per_hour)},
 };
 
-#define KEYS(rows) .keys = rows, .nkeys = sizeof(rows) / sizeof(rows[0])
+#define KEYS(rows) RP_CONFIG_KEYS(rows)
 
 /* [profiler_service]: XProf's captures served from the rings (daemon/profsvc). */
 static const struct rp_config_key profsvc_keys[] = {
@@ -437,12 +306,6 @@ static const struct rp_config_section ring_device_section = {
 		.overrides = true,
 	}};
 static const struct rp_config_section producers_section = {"producers", KEYS(producers_keys)};
-static const struct rp_config_section sampler_section = {"sampler", KEYS(sampler_keys)};
-static const struct rp_config_section psi_section = {"psi", KEYS(psi_keys)};
-static const struct rp_config_section xla_section = {"xla", KEYS(xla_keys)};
-static const struct rp_config_section gpu_pm_section = {"gpu_pm", KEYS(gpu_pm_keys)};
-static const struct rp_config_section host_metrics_section = {"host_metrics",
-							      KEYS(host_metrics_keys)};
 static const struct rp_config_section sessions_section = {"sessions", KEYS(sessions_keys)};
 static const struct rp_config_section alertmanager_section = {"alertmanager",
 							      KEYS(alertmanager_keys)};
@@ -457,12 +320,15 @@ static const struct rp_config_section rule_section = {
 		.limit_note = "",
 	}};
 
+/* The collectors' sections, declared in their folders (collectors/NAME/config.c). */
+#define DECLARE(section) extern const struct rp_config_section section;
+RP_COLLECTOR_SECTIONS(DECLARE)
+#define ENTRY(section) &section,
+
 const struct rp_config_section *const rp_config_sections[] = {
-	&daemon_section,  &api_section,          &profsvc_section,  &rings_section,
-	&ring_device_section,
-	&producers_section, &sampler_section,    &host_metrics_section, &psi_section, &gpu_pm_section,
-	&xla_section, &sessions_section,
-	&alertmanager_section, &rule_section,
+	&daemon_section, &api_section, &profsvc_section, &rings_section, &ring_device_section,
+	&producers_section, RP_COLLECTOR_SECTIONS(ENTRY) &sessions_section, &alertmanager_section,
+	&rule_section,
 };
 const size_t rp_config_nsections = sizeof(rp_config_sections) / sizeof(rp_config_sections[0]);
 

@@ -209,6 +209,13 @@ struct rp_config_key {
 
 #define RP_CONFIG_FIELD(type, member) \
 	.offset = offsetof(type, member), .size = sizeof(((type *)0)->member)
+/* For rows of struct rp_config, also in sections declared elsewhere (a
+ * collector's: collectors/NAME/config.c, listed in collector_sections.h). */
+#define RP_CONFIG_DAEMON(member) RP_CONFIG_FIELD(struct rp_config, member)
+#define RP_CONFIG_KEYS(rows) .keys = rows, .nkeys = sizeof(rows) / sizeof(rows[0])
+#define RP_CONFIG_MS 1000000ull
+#define RP_CONFIG_SEC (1000 * RP_CONFIG_MS)
+#define RP_CONFIG_MIB (1024ull * 1024)
 
 /* [name.NAME] sections (name "ring."): one entry per NAME in an array of
  * entries that each start with their NAME, a char[RP_CONFIG_NAME_SIZE]. */
