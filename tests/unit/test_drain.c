@@ -19,6 +19,7 @@
 #include "drain.h"
 #include "ringfile.h"
 #include "shmring.h"
+#include "scratch.h"
 
 struct fixture {
 	char dir[64];
@@ -29,8 +30,7 @@ struct fixture {
 
 static int open_fixture(struct fixture *f, uint64_t budget, uint64_t seal_ns)
 {
-	snprintf(f->dir, sizeof(f->dir), "/tmp/rp-drain-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (scratch_make(f->dir, sizeof(f->dir), "drain") < 0)
 		return -1;
 	snprintf(f->path, sizeof(f->path), "%s/host.ring", f->dir);
 	struct rp_err err = { 0 };
@@ -61,8 +61,7 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 	rp_drain_free(f->drain);
 	rp_ringfile_close(f->rf);
-	unlink(f->path);
-	rmdir(f->dir);
+	(void)scratch_remove(f->dir);
 	free(f);
 	return 0;
 }
@@ -239,8 +238,7 @@ static void test_seal_by_age_and_flush(void **state)
 	assert_int_equal(st.events, 2);
 	rp_drain_free(f.drain);
 	rp_ringfile_close(f.rf);
-	unlink(f.path);
-	rmdir(f.dir);
+	(void)scratch_remove(f.dir);
 }
 
 static bool pid_is_gone(const struct rp_shmring *ring, void *ctx)
@@ -990,8 +988,7 @@ static void test_concurrent_reader(void **state)
 	assert_true(atomic_load(&w.sealed_through) > 0);
 	rp_drain_free(f.drain);
 	rp_ringfile_close(f.rf);
-	unlink(f.path);
-	rmdir(f.dir);
+	(void)scratch_remove(f.dir);
 }
 
 int main(void)

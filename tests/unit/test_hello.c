@@ -21,6 +21,7 @@
 #include "clock.h"
 #include "hello.h"
 #include "shmring.h"
+#include "scratch.h"
 
 /* A hello encoded by hand from docs/api.md, independently of hello.c. */
 struct wire_hello {
@@ -320,8 +321,7 @@ static struct server *server_start(enum behaviour how)
 {
 	struct server *s = calloc(1, sizeof(*s));
 	assert_non_null(s);
-	strcpy(s->dir, "/tmp/rp-hello-XXXXXX");
-	assert_non_null(mkdtemp(s->dir));
+	assert_int_equal(scratch_make(s->dir, sizeof(s->dir), "hello"), 0);
 	snprintf(s->path, sizeof(s->path), "%s/p.sock", s->dir);
 	s->how = how;
 	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -345,8 +345,7 @@ static void server_stop(struct server *s)
 {
 	server_join(s);
 	close(s->lfd);
-	unlink(s->path);
-	rmdir(s->dir);
+	(void)scratch_remove(s->dir);
 	rp_shmring_close(s->ring);
 	free(s);
 }

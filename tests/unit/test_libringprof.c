@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "hello.h"
 #include "shmring.h"
+#include "scratch.h"
 
 #define NO_DAEMON "/nonexistent/ringprofd.sock"
 #define MAX_RINGS 16
@@ -126,8 +127,7 @@ static struct fake *fake_start(size_t ring_size, bool drain)
 {
 	struct fake *f = calloc(1, sizeof(*f));
 	assert_non_null(f);
-	strcpy(f->dir, "/tmp/rp-lib-XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	assert_int_equal(scratch_make(f->dir, sizeof(f->dir), "lib"), 0);
 	snprintf(f->sock, sizeof(f->sock), "%s/ringprofd.sock", f->dir);
 	/* The producer socket as docs/api.md names it. */
 	snprintf(f->producers, sizeof(f->producers), "%s.producers", f->sock);
@@ -161,8 +161,7 @@ static void fake_stop(struct fake *f)
 	atomic_store(&f->stop, true);
 	pthread_join(f->thread, NULL);
 	close(f->lfd);
-	unlink(f->producers);
-	rmdir(f->dir);
+	(void)scratch_remove(f->dir);
 	for (int i = 0; i < f->nrings; i++)
 		rp_shmring_close(f->rings[i]);
 	pthread_mutex_destroy(&f->lock);
@@ -435,8 +434,8 @@ static void *annotate_into_a_hung_daemon(void *arg)
 static void hung_daemon_is_retried_ever_less_often(void **state)
 {
 	(void)state;
-	char dir[] = "/tmp/rp-hung-XXXXXX", sock[64];
-	assert_non_null(mkdtemp(dir));
+	char dir[64], sock[96];
+	assert_int_equal(scratch_make(dir, sizeof(dir), "hung"), 0);
 	snprintf(sock, sizeof(sock), "%s/d.sock", dir);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s.producers", sock);
@@ -458,7 +457,7 @@ static void hung_daemon_is_retried_ever_less_often(void **state)
 	assert_true(st.at[2] - st.at[1] - st.took[1] > 1.9);
 	close(lfd);
 	unlink(sa.sun_path);
-	rmdir(dir);
+	(void)scratch_remove(dir);
 }
 
 struct beat {
