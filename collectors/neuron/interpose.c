@@ -107,7 +107,7 @@ static pthread_once_t rings_once = PTHREAD_ONCE_INIT;
 static void rings_free(void *v)
 {
 	struct thread_rings *t = v;
-	for (size_t i = 0; i <= NC_MAX; i++)
+	for (size_t i = 0; t && i <= NC_MAX; i++)
 		rp_producer_free(t->p[i]);
 	free(t);
 }
@@ -320,24 +320,31 @@ static void trace_fetch(void)
 		trace.buffer_free(buf);
 }
 
-/* Starts the runtime's trace only once a daemon takes the events: without
- * one, the runtime does no tracing work for us. */
-static void *trace_main(void *arg)
+/* Starts the runtime's trace when a daemon takes the events: without one,
+ * the runtime does no tracing work for us. */
+static bool trace_start_if_drained(void)
 {
-	(void)arg;
-	bool started = false;
+	struct rp_producer *p = producer_for(NO_CORE);
+	if (!p || !rp_producer_connect(p) || !rp_producer_connected(p))
+		return false;
+	nrt_sys_trace_config_t *cfg = NULL;
+	bool started = trace.config_allocate(&cfg) == NRT_SUCCESS && trace.start(cfg) == NRT_SUCCESS;
+	if (cfg)
+		trace.config_free(cfg);
+	return started;
+}
+
+/* The poll thread; started: whether nrt_init's thread started the trace
+ * already (else this one does once a daemon answers). */
+static void *trace_main(void *started_arg)
+{
+	bool started = started_arg != NULL;
 	uint64_t poll = trace_poll_ns();
 	(void)pthread_mutex_lock(&trace_lock);
 	while (!trace_quit) {
 		(void)pthread_mutex_unlock(&trace_lock);
-		struct rp_producer *p = producer_for(NO_CORE);
-		if (!started && p && rp_producer_connect(p) && rp_producer_connected(p)) {
-			nrt_sys_trace_config_t *cfg = NULL;
-			started = trace.config_allocate(&cfg) == NRT_SUCCESS &&
-				  trace.start(cfg) == NRT_SUCCESS;
-			if (cfg)
-				trace.config_free(cfg);
-		}
+		if (!started)
+			started = trace_start_if_drained();
 		if (started)
 			trace_fetch();
 		struct timespec until;
@@ -374,9 +381,12 @@ static void trace_begin(void)
 	    !FIND(buffer_free, nrt_sys_trace_buffer_free))
 		return;
 #undef FIND
-	(void)pthread_once(&rings_once, rings_key_init);
 	trace_quit = false;
-	trace_running = pthread_create(&trace_thread, NULL, trace_main, NULL) == 0;
+	/* Started here, the trace misses none of the first executions. */
+	void *started = trace_start_if_drained() ? &trace : NULL;
+	trace_running = pthread_create(&trace_thread, NULL, trace_main, started) == 0;
+	if (!trace_running && started)
+		(void)trace.stop();
 }
 
 /* Before nrt_close: the last events, then the trace stops. */
