@@ -139,15 +139,21 @@ static struct rp_producer *producer_for(uint32_t core)
 	return my_rings->p[slot];
 }
 
-static void emit(const struct rp_event *ev, uint32_t core)
+/* The ring of core for this thread, connecting when due; NULL while no
+ * daemon takes it.  A full ring drops (counted) until the next check. */
+static struct rp_shmring *ring_for(uint32_t core)
 {
 	struct rp_producer *p = producer_for(core);
 	if (!p)
-		return;
-	struct rp_shmring *r = ++my_rings->written % CHECK_EVERY ? rp_producer_connect(p)
-								 : rp_producer_check(p);
-	if (r && !rp_shm_write_event(r, ev))
-		(void)rp_producer_check(p);
+		return NULL;
+	return ++my_rings->written % CHECK_EVERY ? rp_producer_connect(p) : rp_producer_check(p);
+}
+
+static void emit(const struct rp_event *ev, uint32_t core)
+{
+	struct rp_shmring *r = ring_for(core);
+	if (r)
+		(void)rp_shm_write_event(r, ev);
 }
 
 /* ---- event names, built without printf (the call path) ------------------- */
@@ -176,14 +182,40 @@ static void put_u64(struct name *nm, const char *key, uint64_t v)
 	put_str(nm, d + k);
 }
 
-static void record(struct name *nm, uint32_t core, uint64_t t0, uint64_t t1, int status)
+/* One call being timed.  Without a ring (no daemon) nothing else is
+ * done: no clock read, no name built. */
+struct call {
+	struct rp_shmring *ring;
+	uint32_t core;
+	uint64_t t0, t1;
+	struct name nm;
+};
+
+static bool call_begin(struct call *c, uint32_t core)
+{
+	c->ring = ring_for(core);
+	if (!c->ring)
+		return false;
+	c->core = core;
+	c->nm.n = 0;
+	c->t0 = now_ns();
+	return true;
+}
+
+static void call_end(struct call *c, const char *fn)
+{
+	c->t1 = now_ns();
+	put_str(&c->nm, fn);
+}
+
+static void call_record(struct call *c, int status)
 {
 	if (status >= 0)
-		put_u64(nm, " status=", (uint64_t)status);
-	struct rp_event ev = { .kind = RP_EV_API_CALL, .ts = t0, .name = nm->s };
-	ev.u.api.duration = t1 - t0;
-	ev.u.api.device = core;
-	emit(&ev, core);
+		put_u64(&c->nm, " status=", (uint64_t)status);
+	struct rp_event ev = { .kind = RP_EV_API_CALL, .ts = c->t0, .name = c->nm.s };
+	ev.u.api.duration = c->t1 - c->t0;
+	ev.u.api.device = c->core;
+	(void)rp_shm_write_event(c->ring, &ev);
 }
 #define NO_STATUS (-1)
 
@@ -320,12 +352,12 @@ static void trace_fetch(void)
 		trace.buffer_free(buf);
 }
 
-/* Starts the runtime's trace when a daemon takes the events: without one,
- * the runtime does no tracing work for us. */
+/* Starts the runtime's trace once a daemon gave this process a ring:
+ * without one, the runtime does no tracing work for us. */
 static bool trace_start_if_drained(void)
 {
 	struct rp_producer *p = producer_for(NO_CORE);
-	if (!p || !rp_producer_connect(p) || !rp_producer_connected(p))
+	if (!p || !rp_producer_connect(p))
 		return false;
 	nrt_sys_trace_config_t *cfg = NULL;
 	bool started = trace.config_allocate(&cfg) == NRT_SUCCESS && trace.start(cfg) == NRT_SUCCESS;
@@ -402,7 +434,10 @@ static void trace_end(void)
 	trace_running = false;
 }
 
-/* ---- the wrappers -------------------------------------------------------- */
+/* ---- the wrappers --------------------------------------------------------
+ * Each: the runtime's function (NRT_FAILURE, or nothing, when libnrt lacks
+ * it), the core found before the call, the call, its result returned as
+ * it came. */
 
 EXPORT NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version,
 			   const char *fal_version)
@@ -410,12 +445,13 @@ EXPORT NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_versio
 	__typeof__(&nrt_init) f = REAL(nrt_init);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	struct call c;
+	bool timed = call_begin(&c, NO_CORE);
 	NRT_STATUS rc = f(framework, fw_version, fal_version);
-	uint64_t t1 = now_ns();
-	struct name nm = { .n = 0 };
-	put_str(&nm, "nrt_init");
-	record(&nm, NO_CORE, t0, t1, (int)rc);
+	if (timed) {
+		call_end(&c, "nrt_init");
+		call_record(&c, (int)rc);
+	}
 	if (rc == NRT_SUCCESS)
 		trace_begin();
 	return rc;
@@ -427,34 +463,37 @@ EXPORT void nrt_close(void)
 	if (!f)
 		return;
 	trace_end();
-	uint64_t t0 = now_ns();
+	struct call c;
+	bool timed = call_begin(&c, NO_CORE);
 	f();
-	uint64_t t1 = now_ns();
-	struct name nm = { .n = 0 };
-	put_str(&nm, "nrt_close");
-	record(&nm, NO_CORE, t0, t1, NO_STATUS);
+	if (timed) {
+		call_end(&c, "nrt_close");
+		call_record(&c, NO_STATUS);
+	}
 }
 
 /* nrt_load and nrt_load_collectives: the model takes the core it was
- * loaded on and an id its later calls name. */
-static void loaded(const char *call, int32_t vnc, size_t size, nrt_model_t **model,
-		   uint64_t t0, uint64_t t1, NRT_STATUS rc, const uint32_t *rank)
+ * loaded on and an id its later calls name (rank: NULL, or the device id
+ * and count of a collectives load). */
+static void loaded(struct call *c, bool timed, const char *fn, size_t size,
+		   nrt_model_t **model, NRT_STATUS rc, const uint32_t *rank)
 {
-	uint32_t core = vnc_core(vnc), id = 0;
+	uint32_t id = 0;
 	if (rc == NRT_SUCCESS && model && *model) {
 		id = atomic_fetch_add(&next_model_id, 1);
-		table_put(&models, *model, core, id, NULL);
+		table_put(&models, *model, c->core, id, NULL);
 	}
-	struct name nm = { .n = 0 };
-	put_str(&nm, call);
+	if (!timed)
+		return;
+	call_end(c, fn);
 	if (id)
-		put_u64(&nm, " model=", id);
-	put_u64(&nm, " neff_bytes=", size);
+		put_u64(&c->nm, " model=", id);
+	put_u64(&c->nm, " neff_bytes=", size);
 	if (rank) {
-		put_u64(&nm, " rank=", rank[0]);
-		put_u64(&nm, "/", rank[1]);
+		put_u64(&c->nm, " rank=", rank[0]);
+		put_u64(&c->nm, "/", rank[1]);
 	}
-	record(&nm, core, t0, t1, (int)rc);
+	call_record(c, (int)rc);
 }
 
 EXPORT NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vnc_count,
@@ -463,9 +502,10 @@ EXPORT NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int
 	__typeof__(&nrt_load) f = REAL(nrt_load);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	struct call c = { .core = vnc_core(vnc) };
+	bool timed = call_begin(&c, c.core);
 	NRT_STATUS rc = f(neff_bytes, size, vnc, vnc_count, model);
-	loaded("nrt_load", vnc, size, model, t0, now_ns(), rc, NULL);
+	loaded(&c, timed, "nrt_load", size, model, rc, NULL);
 	return rc;
 }
 
@@ -476,23 +516,26 @@ EXPORT NRT_STATUS nrt_load_collectives(const void *neff_bytes, size_t size, int3
 	__typeof__(&nrt_load_collectives) f = REAL(nrt_load_collectives);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	struct call c = { .core = vnc_core(vnc) };
+	bool timed = call_begin(&c, c.core);
 	NRT_STATUS rc = f(neff_bytes, size, vnc, vnc_count, ctx_device_id, ctx_device_count,
 			  model);
 	uint32_t rank[2] = { ctx_device_id, ctx_device_count };
-	loaded("nrt_load_collectives", vnc, size, model, t0, now_ns(), rc, rank);
+	loaded(&c, timed, "nrt_load_collectives", size, model, rc, rank);
 	return rc;
 }
 
-/* A call on a model: its core and " model=ID" from the table. */
-static uint32_t model_name(struct name *nm, const char *call, const nrt_model_t *model)
+/* A call on a model (its slot in the table, or NULL), once it returned:
+ * " model=ID" and, for repeat >= 0, " repeat=N". */
+static void on_model(struct call *c, const char *fn, const struct slot *s, int repeat,
+		     NRT_STATUS rc)
 {
-	const struct slot *s = table_get(&models, model);
-	put_str(nm, call);
-	if (!s)
-		return NO_CORE;
-	put_u64(nm, " model=", s->id);
-	return s->core;
+	call_end(c, fn);
+	if (s)
+		put_u64(&c->nm, " model=", s->id);
+	if (repeat >= 0)
+		put_u64(&c->nm, " repeat=", (uint64_t)repeat);
+	call_record(c, (int)rc);
 }
 
 EXPORT NRT_STATUS nrt_unload(nrt_model_t *model)
@@ -500,26 +543,15 @@ EXPORT NRT_STATUS nrt_unload(nrt_model_t *model)
 	__typeof__(&nrt_unload) f = REAL(nrt_unload);
 	if (!f)
 		return NRT_FAILURE;
-	struct name nm = { .n = 0 };
-	uint32_t core = model_name(&nm, "nrt_unload", model);
-	uint64_t t0 = now_ns();
+	struct slot *s = table_get(&models, model);
+	struct call c;
+	bool timed = call_begin(&c, s ? s->core : NO_CORE);
 	NRT_STATUS rc = f(model);
-	uint64_t t1 = now_ns();
+	if (timed)
+		on_model(&c, "nrt_unload", s, -1, rc);
 	if (rc == NRT_SUCCESS)
 		table_remove(&models, model);
-	record(&nm, core, t0, t1, (int)rc);
 	return rc;
-}
-
-/* nrt_execute and nrt_execute_repeat (repeat < 0: not asked). */
-static void executed(const char *call, const nrt_model_t *model, int repeat, uint64_t t0,
-		     uint64_t t1, NRT_STATUS rc)
-{
-	struct name nm = { .n = 0 };
-	uint32_t core = model_name(&nm, call, model);
-	if (repeat >= 0)
-		put_u64(&nm, " repeat=", (uint64_t)repeat);
-	record(&nm, core, t0, t1, (int)rc);
 }
 
 EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_set,
@@ -528,9 +560,12 @@ EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_
 	__typeof__(&nrt_execute) f = REAL(nrt_execute);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	const struct slot *s = table_get(&models, model);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(model, input_set, output_set);
 	NRT_STATUS rc = f(model, input_set, output_set);
-	executed("nrt_execute", model, -1, t0, now_ns(), rc);
+	on_model(&c, "nrt_execute", s, -1, rc);
 	return rc;
 }
 
@@ -540,10 +575,12 @@ EXPORT NRT_STATUS nrt_execute_repeat(nrt_model_t *model, const nrt_tensor_set_t 
 	__typeof__(&nrt_execute_repeat) f = REAL(nrt_execute_repeat);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	const struct slot *s = table_get(&models, model);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(model, input_set, output_set, repeat_count);
 	NRT_STATUS rc = f(model, input_set, output_set, repeat_count);
-	executed("nrt_execute_repeat", model, repeat_count > 0 ? repeat_count : 0, t0, now_ns(),
-		 rc);
+	on_model(&c, "nrt_execute_repeat", s, repeat_count > 0 ? repeat_count : 0, rc);
 	return rc;
 }
 
@@ -553,14 +590,14 @@ EXPORT NRT_STATUS nrt_build_global_comm(int32_t vnc, uint32_t g_device_id,
 	__typeof__(&nrt_build_global_comm) f = REAL(nrt_build_global_comm);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	struct call c;
+	if (!call_begin(&c, vnc_core(vnc)))
+		return f(vnc, g_device_id, g_device_count);
 	NRT_STATUS rc = f(vnc, g_device_id, g_device_count);
-	uint64_t t1 = now_ns();
-	struct name nm = { .n = 0 };
-	put_str(&nm, "nrt_build_global_comm");
-	put_u64(&nm, " rank=", g_device_id);
-	put_u64(&nm, "/", g_device_count);
-	record(&nm, vnc_core(vnc), t0, t1, (int)rc);
+	call_end(&c, "nrt_build_global_comm");
+	put_u64(&c.nm, " rank=", g_device_id);
+	put_u64(&c.nm, "/", g_device_count);
+	call_record(&c, (int)rc);
 	return rc;
 }
 
@@ -570,35 +607,37 @@ EXPORT NRT_STATUS nrt_tensor_allocate(nrt_tensor_placement_t tensor_placement, i
 	__typeof__(&nrt_tensor_allocate) f = REAL(nrt_tensor_allocate);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
-	NRT_STATUS rc = f(tensor_placement, vnc, size, name, tensor);
-	uint64_t t1 = now_ns();
 	uint32_t core = tensor_placement == NRT_TENSOR_PLACEMENT_HOST ? NO_CORE : vnc_core(vnc);
+	struct call c;
+	bool timed = call_begin(&c, core);
+	NRT_STATUS rc = f(tensor_placement, vnc, size, name, tensor);
 	if (rc == NRT_SUCCESS && tensor && *tensor)
 		table_put(&tensors, *tensor, core, 0, name);
-	struct name nm = { .n = 0 };
-	put_str(&nm, "nrt_tensor_allocate");
-	if (name && *name) {
-		put_str(&nm, " tensor=");
-		put_str(&nm, name);
+	if (timed) {
+		call_end(&c, "nrt_tensor_allocate");
+		if (name && *name) {
+			put_str(&c.nm, " tensor=");
+			put_str(&c.nm, name);
+		}
+		put_u64(&c.nm, " size=", size);
+		call_record(&c, (int)rc);
 	}
-	put_u64(&nm, " size=", size);
-	record(&nm, core, t0, t1, (int)rc);
 	return rc;
 }
 
-/* A call on a tensor: its core and " tensor=NAME" from the table. */
-static uint32_t tensor_name(struct name *nm, const char *call, const nrt_tensor_t *tensor)
+/* A call on a tensor (its slot, or NULL) once it returned: " tensor=NAME"
+ * and, for size != SIZE_MAX, " size=N". */
+static void on_tensor(struct call *c, const char *fn, const struct slot *s, size_t size,
+		      int status)
 {
-	const struct slot *s = table_get(&tensors, tensor);
-	put_str(nm, call);
-	if (!s)
-		return NO_CORE;
-	if (s->name[0]) {
-		put_str(nm, " tensor=");
-		put_str(nm, s->name);
+	call_end(c, fn);
+	if (s && s->name[0]) {
+		put_str(&c->nm, " tensor=");
+		put_str(&c->nm, s->name);
 	}
-	return s->core;
+	if (size != SIZE_MAX)
+		put_u64(&c->nm, " size=", size);
+	call_record(c, status);
 }
 
 EXPORT void nrt_tensor_free(nrt_tensor_t **tensor)
@@ -607,22 +646,14 @@ EXPORT void nrt_tensor_free(nrt_tensor_t **tensor)
 	if (!f)
 		return;
 	const nrt_tensor_t *t = tensor ? *tensor : NULL;
-	struct name nm = { .n = 0 };
-	uint32_t core = tensor_name(&nm, "nrt_tensor_free", t);
+	struct slot *s = table_get(&tensors, t);
+	struct call c;
+	bool timed = call_begin(&c, s ? s->core : NO_CORE);
+	/* Gone before the runtime frees it: the address may come back. */
 	table_remove(&tensors, t);
-	uint64_t t0 = now_ns();
 	f(tensor);
-	record(&nm, core, t0, now_ns(), NO_STATUS);
-}
-
-/* nrt_tensor_read and nrt_tensor_write. */
-static void copied(const char *call, const nrt_tensor_t *tensor, size_t size, uint64_t t0,
-		   uint64_t t1, NRT_STATUS rc)
-{
-	struct name nm = { .n = 0 };
-	uint32_t core = tensor_name(&nm, call, tensor);
-	put_u64(&nm, " size=", size);
-	record(&nm, core, t0, t1, (int)rc);
+	if (timed)
+		on_tensor(&c, "nrt_tensor_free", s, SIZE_MAX, NO_STATUS);
 }
 
 EXPORT NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf, size_t offset,
@@ -631,9 +662,12 @@ EXPORT NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf, size_t 
 	__typeof__(&nrt_tensor_read) f = REAL(nrt_tensor_read);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	const struct slot *s = table_get(&tensors, tensor);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(tensor, buf, offset, size);
 	NRT_STATUS rc = f(tensor, buf, offset, size);
-	copied("nrt_tensor_read", tensor, size, t0, now_ns(), rc);
+	on_tensor(&c, "nrt_tensor_read", s, size, (int)rc);
 	return rc;
 }
 
@@ -643,9 +677,12 @@ EXPORT NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf, size_t
 	__typeof__(&nrt_tensor_write) f = REAL(nrt_tensor_write);
 	if (!f)
 		return NRT_FAILURE;
-	uint64_t t0 = now_ns();
+	const struct slot *s = table_get(&tensors, tensor);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(tensor, buf, offset, size);
 	NRT_STATUS rc = f(tensor, buf, offset, size);
-	copied("nrt_tensor_write", tensor, size, t0, now_ns(), rc);
+	on_tensor(&c, "nrt_tensor_write", s, size, (int)rc);
 	return rc;
 }
 

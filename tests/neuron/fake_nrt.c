@@ -6,9 +6,10 @@
  *
  * Built twice: with FAKE_NRT_SYS_TRACE, and without (a runtime whose
  * trace functions are missing).  FAKE_NRT_TRACE_JSON=malformed makes the
- * trace hand out broken JSON; FAKE_NRT_NO_WAIT makes every call return at
+ * trace hand out JSON cut short; FAKE_NRT_NO_WAIT makes every call return at
  * once. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,7 @@ static void spin(uint64_t ns)
 /* ---- the system trace ---------------------------------------------------- */
 
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool tracing;
+static atomic_bool tracing;
 static char *trace_buf;
 static size_t trace_len, trace_cap;
 
@@ -54,6 +55,8 @@ static size_t trace_len, trace_cap;
 static void trace_event(const char *name, int32_t vnc, uint64_t start_epoch, uint64_t dur,
 			const struct nrt_tensor *t)
 {
+	if (!atomic_load_explicit(&tracing, memory_order_relaxed))
+		return;
 	char ev[512];
 	int n = snprintf(ev, sizeof(ev),
 			 "{\"name\":\"%s\",\"timestamp\":%llu,\"duration\":%llu,"
@@ -122,8 +125,11 @@ NRT_STATUS nrt_sys_trace_fetch_events(char **buffer, size_t *written_size,
 		out[trace_len + 1] = ']';
 		out[trace_len + 2] = 0;
 		*written_size = trace_len + 2;
-		if (mode && !strcmp(mode, "malformed") && trace_len)
-			out[trace_len / 2] = '}';
+		if (mode && !strcmp(mode, "malformed") && trace_len) {
+			/* Cut in the middle: never JSON. */
+			out[trace_len / 2] = 0;
+			*written_size = trace_len / 2;
+		}
 		trace_len = 0;
 	}
 	(void)pthread_mutex_unlock(&trace_lock);
