@@ -166,3 +166,17 @@ def test_no_daemon_changes_nothing(tmp_path):
         sorted(strip) == sorted((c["call"], c["core"], c["status"])
                                 for c in map(json.loads, bare.stdout.splitlines()))
     assert len(calls) == 2 + 2 * 11 + 1
+
+
+def test_ringprof_run_preloads_the_collector(daemon, tmp_path):
+    """`ringprof run` preloads the collector (RINGPROF_NEURON_LIB: this
+    build's) and the session it makes holds the workload's calls."""
+    env = dict(os.environ, RINGPROF_NEURON_LIB=LIB, LD_LIBRARY_PATH=os.path.dirname(FAKE_NRT))
+    r = subprocess.run([os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof")),
+                        "--socket", daemon.socket, "run", "--name", "neuron_run", "--",
+                        APP_LINKED, "once"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    calls = [json.loads(line) for line in r.stdout.splitlines()]
+    out = tmp_path / "run.json"
+    daemon.cli("export", "neuron_run", "--format", "json", "-o", str(out), check=True)
+    check_calls(calls, json.load(open(out))["trace_events"])
