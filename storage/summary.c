@@ -36,13 +36,16 @@
 /* Text from producers and the manifest, escaped (text.h): longer is cut. */
 #define TEXT_MAX 1024
 
-/* One line of the summary: a range name, a counter or an instant. */
+/* One line of the summary: a range name, a counter, an instant, or a
+ * device ring's API call or device activity ("nc0\tnrt_execute": the
+ * ring, then the name's first word, without its key=value arguments). */
 struct stat_entry {
-	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT */
+	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT,
+				 * RP_EV_API_CALL, RP_EV_GPU_ACTIVITY */
 	char *name;
 	uint64_t count;
 	uint64_t total_ns, max_ns;  /* ranges */
-	uint32_t *buckets;          /* ranges: NBUCKETS */
+	uint32_t *buckets;          /* ranges, calls, activity: NBUCKETS */
 	double last, min, max;      /* counters */
 	uint64_t last_ts;
 };
@@ -124,9 +127,10 @@ static long find_stat(struct tally *t, uint8_t kind, const char *name)
 	t->stats = grown;
 	struct stat_entry *s = &t->stats[t->nstats];
 	*s = (struct stat_entry){ .kind = kind, .name = strdup(name), .min = INFINITY, .max = -INFINITY };
-	if (kind == RP_EV_RANGE_BEGIN)
+	bool timed = kind != RP_EV_COUNTER && kind != RP_EV_INSTANT;
+	if (timed)
 		s->buckets = calloc(NBUCKETS, sizeof(*s->buckets));
-	if (!s->name || (kind == RP_EV_RANGE_BEGIN && !s->buckets)) {
+	if (!s->name || (timed && !s->buckets)) {
 		free(s->name);
 		free(s->buckets);
 		return -1;
@@ -221,6 +225,27 @@ static void count_sample(struct tally *t, const struct rp_event *ev)
 	}
 }
 
+static void add_duration(struct stat_entry *s, uint64_t d)
+{
+	s->count++;
+	s->total_ns += d;
+	if (d > s->max_ns)
+		s->max_ns = d;
+	s->buckets[bucket_of(d)]++;
+}
+
+/* An API call or device activity, by ring and the name's first word. */
+static void count_device_call(struct tally *t, const struct rp_reader_event *e, uint64_t d)
+{
+	const char *dev = rp_reader_device_name(t->r, e->device);
+	const char *name = e->ev->name ? e->ev->name : "";
+	char key[RP_NAME_MAX + 64];
+	(void)snprintf(key, sizeof(key), "%s\t%.*s", dev, (int)strcspn(name, " "), name);
+	long i = find_stat(t, e->ev->kind, key);
+	if (i >= 0)
+		add_duration(&t->stats[i], d);
+}
+
 static int count_event(void *ctx, const struct rp_reader_event *e)
 {
 	struct tally *t = ctx;
@@ -235,15 +260,15 @@ static int count_event(void *ctx, const struct rp_reader_event *e)
 		long i = find_stat(t, RP_EV_RANGE_BEGIN, e->range_name);
 		if (i < 0 || ev->ts < e->begin_ts)
 			break;
-		struct stat_entry *s = &t->stats[i];
-		uint64_t d = ev->ts - e->begin_ts;
-		s->count++;
-		s->total_ns += d;
-		if (d > s->max_ns)
-			s->max_ns = d;
-		s->buckets[bucket_of(d)]++;
+		add_duration(&t->stats[i], ev->ts - e->begin_ts);
 		break;
 	}
+	case RP_EV_API_CALL:
+		count_device_call(t, e, ev->u.api.duration);
+		break;
+	case RP_EV_GPU_ACTIVITY:
+		count_device_call(t, e, ev->u.gpu.end > ev->ts ? ev->u.gpu.end - ev->ts : 0);
+		break;
 	case RP_EV_COUNTER: {
 		long i = find_stat(t, RP_EV_COUNTER, ev->name ? ev->name : "");
 		if (i < 0)
@@ -471,6 +496,46 @@ static const char *mtext(json_t *o, const char *key, char buf[TEXT_MAX])
 	return s ? rp_text_escape(s, buf, TEXT_MAX) : "(null)";
 }
 
+/* Per device ring (ncN, gpuN, ...): its busy share (device activity time
+ * over the covered window), then its API calls and device activities by
+ * total time, with p50 and p99.  stats are sorted by total. */
+static void print_device_calls(FILE *out, const struct tally *t, json_t *covered)
+{
+	int64_t ws = json_integer_value(json_object_get(covered, "start_wall_ns"));
+	int64_t we = json_integer_value(json_object_get(covered, "end_wall_ns"));
+	char a[TEXT_MAX];
+	bool header = false;
+	for (size_t k = 0; k < t->nstats; k++) {
+		const struct stat_entry *s = &t->stats[k];
+		if ((s->kind != RP_EV_API_CALL && s->kind != RP_EV_GPU_ACTIVITY) || !s->count)
+			continue;
+		if (!header) {
+			fprintf(out, "\n%-8s %6s %-24s %8s %10s %10s %10s %10s\n", "device", "busy",
+				"call / activity", "count", "total ms", "p50 ms", "p99 ms", "max ms");
+			header = true;
+		}
+		size_t dlen = strcspn(s->name, "\t");
+		/* Busy: the device's activity time (not its API calls). */
+		uint64_t busy = 0;
+		for (size_t j = 0; j < t->nstats; j++)
+			if (t->stats[j].kind == RP_EV_GPU_ACTIVITY &&
+			    !strncmp(t->stats[j].name, s->name, dlen + 1))
+				busy += t->stats[j].total_ns;
+		char share[16] = "-";
+		if (busy && we > ws)
+			(void)snprintf(share, sizeof(share), "%5.1f%%",
+				       100.0 * (double)busy / (double)(we - ws));
+		fprintf(out, "%-8.*s %6s %-24.24s %8llu", (int)dlen, s->name, share,
+			rp_text_escape(s->name + dlen + (s->name[dlen] != 0), a, sizeof(a)),
+			(unsigned long long)s->count);
+		print_ms(out, (double)s->total_ns);
+		print_ms(out, percentile(s, 0.5));
+		print_ms(out, percentile(s, 0.99));
+		print_ms(out, (double)s->max_ns);
+		fputc('\n', out);
+	}
+}
+
 static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt)
 {
 	char a[TEXT_MAX], b[TEXT_MAX], c[TEXT_MAX], d[TEXT_MAX];
@@ -540,6 +605,7 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 		fprintf(out, "%-28.28s %8llu\n", rp_text_escape(s->name, a, sizeof(a)),
 			(unsigned long long)s->count);
 	}
+	print_device_calls(out, t, json_object_get(m, "covered"));
 	if (t->samples) {
 		print_functions(out, t);
 		print_processes(out, t);

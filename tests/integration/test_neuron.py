@@ -138,6 +138,16 @@ def test_two_models_on_two_cores_from_two_threads(daemon, tmp_path):
     models = {e["device"]: e["name"].split()[1] for e in api
               if e["name"].startswith("nrt_execute ")}
     assert models["nc0"] != models["nc1"]
+    # The summary, per NeuronCore: busy share, each call and activity
+    # with its count.
+    out = daemon.cli("summary", "neuron_threads", check=True).stdout
+    rows = {tuple(line.split()[:4]) for line in out.splitlines()}
+    for core in (0, 1):
+        busy = [line.split()[1] for line in out.splitlines()
+                if line.startswith("nc%d " % core) and "%" in line]
+        assert busy and all(b.endswith("%") and float(b[:-1]) > 0 for b in busy), out
+        assert ("nc%d" % core, busy[0], "nrt_execute", "3") in rows, out
+        assert ("nc%d" % core, busy[0], "nc_exec", "5") in rows, out
 
 
 def test_runtime_without_trace_functions(daemon, tmp_path):
