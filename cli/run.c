@@ -69,8 +69,9 @@ static int setup_neuron(void)
 	const char *old = getenv("LD_PRELOAD");
 	if (!old || !*old)
 		return setenv("LD_PRELOAD", lib, 1) < 0 ? -errno : 0;
+	/* After what is there: a sanitizer's runtime must come first. */
 	char *both;
-	if (asprintf(&both, "%s:%s", lib, old) < 0)
+	if (asprintf(&both, "%s:%s", old, lib) < 0)
 		return -ENOMEM;
 	int rc = setenv("LD_PRELOAD", both, 1) < 0 ? -errno : 0;
 	free(both);

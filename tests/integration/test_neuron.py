@@ -34,7 +34,8 @@ def run_app(d, argv, how="LD_PRELOAD", env_extra=None):
     env = dict(d.env() if d else os.environ)
     env["LD_LIBRARY_PATH"] = os.path.dirname(FAKE_NRT)
     env.update(env_extra or {})
-    env[how] = LIB
+    # After what is there (a sanitized build's runtime must come first).
+    env[how] = ":".join(filter(None, [env.get(how), LIB]))
     env["RINGPROF_NEURON_TRACE_MS"] = "20"
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -182,6 +183,7 @@ def test_ringprof_run_preloads_the_collector(daemon, tmp_path):
     """`ringprof run` preloads the collector (RINGPROF_NEURON_LIB: this
     build's) and the session it makes holds the workload's calls."""
     env = dict(os.environ, RINGPROF_NEURON_LIB=LIB, LD_LIBRARY_PATH=os.path.dirname(FAKE_NRT))
+    assert LIB not in env.get("LD_PRELOAD", "")
     r = subprocess.run([os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof")),
                         "--socket", daemon.socket, "run", "--name", "neuron_run", "--",
                         APP_LINKED, "once"], env=env, capture_output=True, text=True, timeout=120)
