@@ -58,9 +58,32 @@ static int setup_python_perf(void)
 	return setenv("PYTHONPERFSUPPORT", "1", 1) < 0 ? -errno : 0;
 }
 
+/* The Neuron collector (docs/neuron.md), preloaded whenever it is
+ * installed: it does nothing in a process that never calls libnrt.
+ * RINGPROF_NEURON_LIB names another build of it. */
+static int setup_neuron(void)
+{
+	const char *lib = getenv("RINGPROF_NEURON_LIB");
+	lib = lib && *lib ? lib : RINGPROF_NEURON_LIB_PATH;
+	if (access(lib, R_OK) < 0)
+		return 0;
+	const char *old = getenv("LD_PRELOAD");
+	if (!old || !*old)
+		return setenv("LD_PRELOAD", lib, 1) < 0 ? -errno : 0;
+	/* After what is there: a sanitizer's runtime must come first. */
+	char *both;
+	if (asprintf(&both, "%s:%s", old, lib) < 0)
+		return -ENOMEM;
+	int rc = setenv("LD_PRELOAD", both, 1) < 0 ? -errno : 0;
+	free(both);
+	return rc;
+}
+
 static const struct collector_setup collectors[] = {
 	{ "python-perf", "Python frames in CPU samples (PYTHONPERFSUPPORT=1, Python 3.12+)",
 	  setup_python_perf },
+	{ "neuron", "Neuron runtime calls (LD_PRELOAD of libringprof-neuron.so, when installed)",
+	  setup_neuron },
 };
 #define NCOLLECTORS (sizeof(collectors) / sizeof(collectors[0]))
 

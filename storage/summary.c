@@ -40,19 +40,24 @@
 /* Text from producers and the manifest, escaped (text.h): longer is cut. */
 #define TEXT_MAX 1024
 
+/* gpu_kind of the GPU activity stats kept by device ring ("nc0\tname"), beside
+ * those by kernel or copy name. */
+#define BY_RING 0xff
 /* GPUs (devices of the session) whose busy time is kept. */
 #define MAX_GPUS 64
 
-/* One line of the summary: a range name, a counter, an instant, or a GPU
- * kernel or copy (RP_EV_GPU_ACTIVITY, told apart by gpu_kind). */
+/* One line of the summary: a range name, a counter, an instant, a GPU
+ * kernel or copy (RP_EV_GPU_ACTIVITY, told apart by gpu_kind), or a device
+ * ring's API call or device activity by ring (gpu_kind BY_RING; "nc0\tnrt_execute":
+ * the ring, then the name's first word, without its key=value arguments). */
 struct stat_entry {
-	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT,
+	uint8_t kind;           /* RP_EV_RANGE_BEGIN, RP_EV_COUNTER, RP_EV_INSTANT, RP_EV_API_CALL,
 				   RP_EV_GPU_ACTIVITY, RP_EV_DEVICE_OP ("device: name") */
 	uint8_t gpu_kind;       /* enum rp_gpu_activity_kind, 0 for the others */
 	char *name;
 	uint64_t count;
 	uint64_t total_ns, max_ns;  /* ranges, GPU activity, XLA ops */
-	uint32_t *buckets;          /* ranges, GPU activity: NBUCKETS */
+	uint32_t *buckets;          /* ranges, API calls, GPU activity: NBUCKETS */
 	uint64_t bytes;             /* copies and memsets */
 	double last, min, max;      /* counters */
 	uint64_t last_ts;
@@ -144,7 +149,8 @@ static long find_stat(struct tally *t, uint8_t kind, uint8_t gpu_kind, const cha
 	struct stat_entry *s = &t->stats[t->nstats];
 	*s = (struct stat_entry){ .kind = kind, .gpu_kind = gpu_kind, .name = strdup(name),
 				  .min = INFINITY, .max = -INFINITY };
-	bool durations = kind == RP_EV_RANGE_BEGIN || kind == RP_EV_GPU_ACTIVITY;
+	bool durations = kind == RP_EV_RANGE_BEGIN || kind == RP_EV_GPU_ACTIVITY ||
+			 kind == RP_EV_API_CALL;
 	if (durations)
 		s->buckets = calloc(NBUCKETS, sizeof(*s->buckets));
 	if (!s->name || (durations && !s->buckets)) {
@@ -273,6 +279,18 @@ static void count_gpu(struct tally *t, const struct rp_reader_event *e)
 	g->kernels++;
 }
 
+/* An API call or device activity, by ring and the name's first word. */
+static void count_device_call(struct tally *t, const struct rp_reader_event *e, uint64_t d)
+{
+	const char *dev = rp_reader_device_name(t->r, e->device);
+	const char *name = e->ev->name ? e->ev->name : "";
+	char key[RP_NAME_MAX + 64];
+	(void)snprintf(key, sizeof(key), "%s\t%.*s", dev, (int)strcspn(name, " "), name);
+	long i = find_stat(t, e->ev->kind, e->ev->kind == RP_EV_API_CALL ? 0 : BY_RING, key);
+	if (i >= 0)
+		add_duration(&t->stats[i], d);
+}
+
 static int count_event(void *ctx, const struct rp_reader_event *e)
 {
 	struct tally *t = ctx;
@@ -290,8 +308,12 @@ static int count_event(void *ctx, const struct rp_reader_event *e)
 		add_duration(&t->stats[i], ev->ts - e->begin_ts);
 		break;
 	}
+	case RP_EV_API_CALL:
+		count_device_call(t, e, ev->u.api.duration);
+		break;
 	case RP_EV_GPU_ACTIVITY:
 		count_gpu(t, e);
+		count_device_call(t, e, ev->u.gpu.end > ev->ts ? ev->u.gpu.end - ev->ts : 0);
 		break;
 	case RP_EV_COUNTER: {
 		long i = find_stat(t, RP_EV_COUNTER, 0, ev->name ? ev->name : "");
@@ -589,6 +611,52 @@ static void print_durations(FILE *out, const struct tally *t, uint8_t kind, uint
 	}
 }
 
+/* Stats of API calls and device activity by device ring. */
+static bool by_ring(const struct stat_entry *s)
+{
+	return s->kind == RP_EV_API_CALL || (s->kind == RP_EV_GPU_ACTIVITY && s->gpu_kind == BY_RING);
+}
+
+/* Per device ring (ncN, gpuN, ...): its busy share (device activity time
+ * over the covered window), then its API calls and device activities by
+ * total time, with p50 and p99.  stats are sorted by total. */
+static void print_device_calls(FILE *out, const struct tally *t, json_t *covered)
+{
+	int64_t ws = json_integer_value(json_object_get(covered, "start_wall_ns"));
+	int64_t we = json_integer_value(json_object_get(covered, "end_wall_ns"));
+	char a[TEXT_MAX];
+	bool header = false;
+	for (size_t k = 0; k < t->nstats; k++) {
+		const struct stat_entry *s = &t->stats[k];
+		if (!by_ring(s) || !s->count)
+			continue;
+		if (!header) {
+			fprintf(out, "\n%-8s %6s %-24s %8s %10s %10s %10s %10s\n", "device", "busy",
+				"call / activity", "count", "total ms", "p50 ms", "p99 ms", "max ms");
+			header = true;
+		}
+		size_t dlen = strcspn(s->name, "\t");
+		/* Busy: the device's activity time (not its API calls). */
+		uint64_t busy = 0;
+		for (size_t j = 0; j < t->nstats; j++)
+			if (t->stats[j].kind == RP_EV_GPU_ACTIVITY && by_ring(&t->stats[j]) &&
+			    !strncmp(t->stats[j].name, s->name, dlen + 1))
+				busy += t->stats[j].total_ns;
+		char share[16] = "-";
+		if (busy && we > ws)
+			(void)snprintf(share, sizeof(share), "%5.1f%%",
+				       100.0 * (double)busy / (double)(we - ws));
+		fprintf(out, "%-8.*s %6s %-24.24s %8llu", (int)dlen, s->name, share,
+			rp_text_escape(s->name + dlen + (s->name[dlen] != 0), a, sizeof(a)),
+			(unsigned long long)s->count);
+		print_ms(out, (double)s->total_ns);
+		print_ms(out, percentile(s, 0.5));
+		print_ms(out, percentile(s, 0.99));
+		print_ms(out, (double)s->max_ns);
+		fputc('\n', out);
+	}
+}
+
 /* GPU activity: each device's kernel busy time over the window, the
  * kernels with the most total time, and copies and memsets by name
  * (their kind: "Memcpy HtoD", ...) with bytes and bandwidth. */
@@ -615,7 +683,7 @@ static void print_gpus(FILE *out, const struct tally *t)
 	header = false;
 	for (size_t k = 0; k < t->nstats; k++) {
 		const struct stat_entry *s = &t->stats[k];
-		if (s->kind != RP_EV_GPU_ACTIVITY || s->gpu_kind == RP_GPU_KERNEL)
+		if (s->kind != RP_EV_GPU_ACTIVITY || s->gpu_kind == RP_GPU_KERNEL || by_ring(s))
 			continue;
 		if (!header) {
 			fprintf(out, "\n%-28s %8s %12s %10s %10s\n", "copy / memset", "count", "MiB",
@@ -701,6 +769,7 @@ static void print_report(FILE *out, json_t *m, struct tally *t, uint64_t corrupt
 		fprintf(out, "%-28.28s %8llu\n", rp_text_escape(s->name, a, sizeof(a)),
 			(unsigned long long)s->count);
 	}
+	print_device_calls(out, t, json_object_get(m, "covered"));
 	if (t->samples) {
 		print_functions(out, t);
 		print_processes(out, t);

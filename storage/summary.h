@@ -1,6 +1,8 @@
 /* A session summarised for the terminal: its window and coverage, events
  * and drops per device, annotation ranges per name (count, mean, p50,
- * p99, max: step times at a glance), counters and instants, the top
+ * p99, max: step times at a glance), counters and instants, per device
+ * ring its busy share and its API calls and device activities by name
+ * (count, total, p50, p99, max: docs/neuron.md), the top
  * functions of the CPU samples (self and total, symbolized here: see
  * symbolize.h) and CPU time per process (each sample stands for
  * 1 / cpu_sampler_hz of a second, the rate in force when it was taken), the

@@ -1,0 +1,735 @@
+/* libringprof-neuron.so: the Neuron runtime's API calls, timed, into the
+ * ncN rings of ringprofd (docs/neuron.md).
+ *
+ * Two ways in.  LD_PRELOAD: this library defines the nrt_* functions it
+ * times, so a program linked against libnrt calls these, which call the
+ * runtime's (dlsym RTLD_NEXT).  LD_AUDIT: for frameworks that dlopen
+ * libnrt and look its functions up by handle, which a preload cannot see;
+ * the dynamic linker asks la_symbind64 for every binding to libnrt,
+ * dlsym's included, and gets the wrapper here instead.  Use one or the
+ * other.
+ *
+ * Each call is one RP_EV_API_CALL (start, duration, NeuronCore) whose name
+ * carries what the call has: "nrt_execute model=2 status=0".  A model
+ * keeps the virtual core it was loaded on (a handle -> core table), so
+ * its executions land in that core's ring; tensors likewise.  Every
+ * thread has its own producer client per ring it writes (single-producer
+ * rings: no lock on the call path).  The runtime's result is returned
+ * unchanged, whatever happens here. */
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nrt_api.h"
+#include "producer.h"
+#include "systrace.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* NeuronCores one process addresses at most (the daemon takes ncN up to
+ * its [producers] device_index_max, 31 by default); higher indexes and
+ * calls tied to no core (nrt_init, host tensors) go to the process's
+ * "host" ring, with device index NO_CORE. */
+#define NC_MAX 128
+#define RUNTIME_SLOT NC_MAX
+#define NO_CORE UINT32_MAX
+/* Records between heartbeat checks (producer.h). */
+#define CHECK_EVERY 4096
+
+/* ---- the wrapped functions ----------------------------------------------- */
+
+#define NRT_WRAPPED(X) \
+	X(nrt_init) X(nrt_close) X(nrt_load) X(nrt_load_collectives) X(nrt_unload) \
+	X(nrt_execute) X(nrt_execute_repeat) X(nrt_build_global_comm) \
+	X(nrt_tensor_allocate) X(nrt_tensor_free) X(nrt_tensor_read) X(nrt_tensor_write)
+
+enum wrapped {
+#define X(f) W_##f,
+	NRT_WRAPPED(X)
+#undef X
+	W_COUNT
+};
+static const char *const wrapped_names[W_COUNT] = {
+#define X(f) #f,
+	NRT_WRAPPED(X)
+#undef X
+};
+/* The runtime's functions: set by la_symbind64, else found lazily. */
+static _Atomic(void *) real_fns[W_COUNT];
+/* LD_AUDIT mode: libnrt's link map (a dlsym handle) once it is loaded. */
+static struct link_map *_Atomic nrt_map;
+static bool audit_mode;
+
+static void *real_fn(enum wrapped w)
+{
+	void *f = atomic_load_explicit(&real_fns[w], memory_order_acquire);
+	if (!f && !audit_mode) {
+		f = dlsym(RTLD_NEXT, wrapped_names[w]);
+		atomic_store_explicit(&real_fns[w], f, memory_order_release);
+	}
+	return f;
+}
+#define REAL(f) ((__typeof__(&f))real_fn(W_##f))
+
+/* A symbol of libnrt's that is not wrapped (the system trace). */
+static void *runtime_sym(const char *name)
+{
+	struct link_map *m = atomic_load(&nrt_map);
+	if (audit_mode)
+		return m ? dlsym(m, name) : NULL;
+	return dlsym(RTLD_NEXT, name);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- rings: per thread, one producer client per ring ---------------------- */
+
+struct thread_rings {
+	struct rp_producer *p[NC_MAX + 1];
+	uint32_t written;
+};
+static __thread struct thread_rings *my_rings;
+static pthread_key_t rings_key;
+static pthread_once_t rings_once = PTHREAD_ONCE_INIT;
+
+static void rings_free(void *v)
+{
+	struct thread_rings *t = v;
+	for (size_t i = 0; t && i <= NC_MAX; i++)
+		rp_producer_free(t->p[i]);
+	free(t);
+}
+
+static void rings_key_init(void)
+{
+	(void)pthread_key_create(&rings_key, rings_free);
+}
+
+static struct rp_producer *producer_for(uint32_t core)
+{
+	size_t slot = core < NC_MAX ? core : RUNTIME_SLOT;
+	if (!my_rings) {
+		(void)pthread_once(&rings_once, rings_key_init);
+		my_rings = calloc(1, sizeof(*my_rings));
+		if (!my_rings)
+			return NULL;
+		(void)pthread_setspecific(rings_key, my_rings);
+	}
+	if (!my_rings->p[slot]) {
+		char dev[16] = "host";
+		if (slot != RUNTIME_SLOT)
+			(void)snprintf(dev, sizeof(dev), "nc%zu", slot);
+		struct rp_producer_opts opts = { .device = dev, .clock = RP_SHM_CLOCK_MONOTONIC };
+		struct rp_err err = { 0 };
+		if (rp_producer_new(&opts, &my_rings->p[slot], &err) < 0)
+			return NULL;
+	}
+	return my_rings->p[slot];
+}
+
+/* The ring of core for this thread, connecting when due; NULL while no
+ * daemon takes it.  A full ring drops (counted) until the next check. */
+static struct rp_shmring *ring_for(uint32_t core)
+{
+	struct rp_producer *p = producer_for(core);
+	if (!p)
+		return NULL;
+	return ++my_rings->written % CHECK_EVERY ? rp_producer_connect(p) : rp_producer_check(p);
+}
+
+static void emit(const struct rp_event *ev, uint32_t core)
+{
+	struct rp_shmring *r = ring_for(core);
+	if (r)
+		(void)rp_shm_write_event(r, ev);
+}
+
+/* ---- event names, built without printf (the call path) ------------------- */
+
+struct name {
+	char s[RP_NAME_MAX + 1];
+	size_t n;
+};
+
+static void put_str(struct name *nm, const char *s)
+{
+	while (s && *s && nm->n < RP_NAME_MAX)
+		nm->s[nm->n++] = *s++;
+	nm->s[nm->n] = 0;
+}
+
+static void put_u64(struct name *nm, const char *key, uint64_t v)
+{
+	char d[24];
+	size_t k = sizeof(d);
+	d[--k] = 0;
+	do
+		d[--k] = (char)('0' + v % 10);
+	while ((v /= 10) && k);
+	put_str(nm, key);
+	put_str(nm, d + k);
+}
+
+/* One call being timed.  Without a ring (no daemon) nothing else is
+ * done: no clock read, no name built. */
+struct call {
+	struct rp_shmring *ring;
+	uint32_t core;
+	uint64_t t0, t1;
+	struct name nm;
+};
+
+static bool call_begin(struct call *c, uint32_t core)
+{
+	c->ring = ring_for(core);
+	if (!c->ring)
+		return false;
+	c->core = core;
+	c->nm.n = 0;
+	c->t0 = now_ns();
+	return true;
+}
+
+static void call_end(struct call *c, const char *fn)
+{
+	c->t1 = now_ns();
+	put_str(&c->nm, fn);
+}
+
+static void call_record(struct call *c, int status)
+{
+	if (status >= 0)
+		put_u64(&c->nm, " status=", (uint64_t)status);
+	struct rp_event ev = { .kind = RP_EV_API_CALL, .ts = c->t0, .name = c->nm.s };
+	ev.u.api.duration = c->t1 - c->t0;
+	ev.u.api.device = c->core;
+	(void)rp_shm_write_event(c->ring, &ev);
+}
+#define NO_STATUS (-1)
+
+/* ---- handle tables: model -> core and id, tensor -> core and name --------
+ * Open addressing, lock-free: an insert claims a slot (CAS on the key to
+ * BUSY), fills it, then publishes the key; a removal leaves a tombstone.
+ * A full table only loses the core of the handles it could not take. */
+#define TABLE_SLOTS 4096
+#define KEY_EMPTY ((uintptr_t)0)
+#define KEY_BUSY ((uintptr_t)1)
+#define KEY_GONE ((uintptr_t)2)
+#define TENSOR_NAME_MAX 48
+
+struct slot {
+	_Atomic uintptr_t key;
+	uint32_t core, id;
+	char name[TENSOR_NAME_MAX];
+};
+struct table {
+	struct slot s[TABLE_SLOTS];
+};
+static struct table models, tensors;
+static atomic_uint next_model_id = 1;
+
+static size_t slot_hash(const void *h)
+{
+	uintptr_t k = (uintptr_t)h;
+	return (size_t)((k >> 4) * 0x9E3779B97F4A7C15ull >> 52) % TABLE_SLOTS;
+}
+
+static void table_put(struct table *t, const void *h, uint32_t core, uint32_t id,
+		      const char *name)
+{
+	if ((uintptr_t)h <= KEY_GONE)
+		return;
+	for (size_t i = 0, at = slot_hash(h); i < TABLE_SLOTS; i++, at = (at + 1) % TABLE_SLOTS) {
+		struct slot *s = &t->s[at];
+		uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
+		if ((k != KEY_EMPTY && k != KEY_GONE) ||
+		    !atomic_compare_exchange_strong(&s->key, &k, KEY_BUSY))
+			continue;
+		s->core = core;
+		s->id = id;
+		(void)snprintf(s->name, sizeof(s->name), "%s", name ? name : "");
+		atomic_store_explicit(&s->key, (uintptr_t)h, memory_order_release);
+		return;
+	}
+}
+
+/* The slot of handle h, or NULL. */
+static struct slot *table_get(struct table *t, const void *h)
+{
+	if ((uintptr_t)h <= KEY_GONE)
+		return NULL;
+	for (size_t i = 0, at = slot_hash(h); i < TABLE_SLOTS; i++, at = (at + 1) % TABLE_SLOTS) {
+		uintptr_t k = atomic_load_explicit(&t->s[at].key, memory_order_acquire);
+		if (k == (uintptr_t)h)
+			return &t->s[at];
+		if (k == KEY_EMPTY)
+			return NULL;
+	}
+	return NULL;
+}
+
+static void table_remove(struct table *t, const void *h)
+{
+	struct slot *s = table_get(t, h);
+	if (s)
+		atomic_store_explicit(&s->key, KEY_GONE, memory_order_release);
+}
+
+static uint32_t vnc_core(int64_t vnc)
+{
+	return vnc >= 0 && vnc < NC_MAX ? (uint32_t)vnc : NO_CORE;
+}
+
+/* ---- the runtime's system trace, polled on a thread ---------------------- */
+
+struct trace_fns {
+	__typeof__(&nrt_sys_trace_config_allocate) config_allocate;
+	__typeof__(&nrt_sys_trace_config_free) config_free;
+	__typeof__(&nrt_sys_trace_start) start;
+	__typeof__(&nrt_sys_trace_stop) stop;
+	__typeof__(&nrt_sys_trace_fetch_events) fetch;
+	__typeof__(&nrt_sys_trace_buffer_free) buffer_free;
+};
+static struct trace_fns trace;
+static pthread_t trace_thread;
+static bool trace_running;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t trace_wake = PTHREAD_COND_INITIALIZER;
+static bool trace_quit;
+
+static uint64_t trace_poll_ns(void)
+{
+	const char *s = getenv("RINGPROF_NEURON_TRACE_MS");
+	long ms = s ? strtol(s, NULL, 10) : 0;
+	return (uint64_t)(ms > 0 && ms <= 60000 ? ms : 200) * 1000000u;
+}
+
+/* Epoch ns -> CLOCK_MONOTONIC ns, from the two clocks read now. */
+static int64_t epoch_to_host(void)
+{
+	struct timespec rt;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	return (int64_t)now_ns() - ((int64_t)rt.tv_sec * 1000000000 + rt.tv_nsec);
+}
+
+static int put_trace_event(void *ctx, const struct rp_event *ev)
+{
+	int64_t off = *(const int64_t *)ctx;
+	struct rp_event e = *ev;
+	if ((int64_t)e.ts + off < 0)
+		return 0;
+	e.ts = (uint64_t)((int64_t)e.ts + off);
+	e.u.gpu.end = e.u.gpu.end > ev->ts ? e.ts + (ev->u.gpu.end - ev->ts) : e.ts;
+	emit(&e, e.u.gpu.device);
+	return 0;
+}
+
+static void trace_fetch(void)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	if (trace.fetch(&buf, &len, NULL) == NRT_SUCCESS && buf) {
+		int64_t off = epoch_to_host();
+		size_t skipped = 0;
+		struct rp_err err = { 0 };
+		if (rp_neuron_trace_parse(buf, len ? len : strlen(buf), put_trace_event, &off,
+					  &skipped, &err) < 0 && !getenv("RINGPROF_QUIET"))
+			fprintf(stderr, "ringprof-neuron: %s\n", err.msg);
+	}
+	if (buf)
+		trace.buffer_free(buf);
+}
+
+/* Starts the runtime's trace once a daemon gave this process a ring:
+ * without one, the runtime does no tracing work for us. */
+static bool trace_start_if_drained(void)
+{
+	struct rp_producer *p = producer_for(NO_CORE);
+	if (!p || !rp_producer_connect(p))
+		return false;
+	nrt_sys_trace_config_t *cfg = NULL;
+	bool started = trace.config_allocate(&cfg) == NRT_SUCCESS && trace.start(cfg) == NRT_SUCCESS;
+	if (cfg)
+		trace.config_free(cfg);
+	return started;
+}
+
+/* The poll thread; started: whether nrt_init's thread started the trace
+ * already (else this one does once a daemon answers). */
+static void *trace_main(void *started_arg)
+{
+	bool started = started_arg != NULL;
+	uint64_t poll = trace_poll_ns();
+	(void)pthread_mutex_lock(&trace_lock);
+	while (!trace_quit) {
+		(void)pthread_mutex_unlock(&trace_lock);
+		if (!started)
+			started = trace_start_if_drained();
+		if (started)
+			trace_fetch();
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		uint64_t ns = (uint64_t)until.tv_nsec + poll;
+		until.tv_sec += (time_t)(ns / 1000000000u);
+		until.tv_nsec = (long)(ns % 1000000000u);
+		(void)pthread_mutex_lock(&trace_lock);
+		if (!trace_quit)
+			(void)pthread_cond_timedwait(&trace_wake, &trace_lock, &until);
+	}
+	(void)pthread_mutex_unlock(&trace_lock);
+	if (started) {
+		trace_fetch();
+		(void)trace.stop();
+	}
+	rings_free(my_rings);
+	my_rings = NULL;
+	(void)pthread_setspecific(rings_key, NULL);
+	return NULL;
+}
+
+/* After nrt_init: a runtime without the trace functions, or a user who
+ * turned it off (RINGPROF_NEURON_TRACE=0), gets the API calls only. */
+static void trace_begin(void)
+{
+	const char *off = getenv("RINGPROF_NEURON_TRACE");
+	if (trace_running || (off && !strcmp(off, "0")))
+		return;
+#define FIND(field, sym) (trace.field = (__typeof__(trace.field))runtime_sym(#sym))
+	if (!FIND(config_allocate, nrt_sys_trace_config_allocate) ||
+	    !FIND(config_free, nrt_sys_trace_config_free) || !FIND(start, nrt_sys_trace_start) ||
+	    !FIND(stop, nrt_sys_trace_stop) || !FIND(fetch, nrt_sys_trace_fetch_events) ||
+	    !FIND(buffer_free, nrt_sys_trace_buffer_free))
+		return;
+#undef FIND
+	trace_quit = false;
+	/* Started here, the trace misses none of the first executions. */
+	void *started = trace_start_if_drained() ? &trace : NULL;
+	trace_running = pthread_create(&trace_thread, NULL, trace_main, started) == 0;
+	if (!trace_running && started)
+		(void)trace.stop();
+}
+
+/* Before nrt_close: the last events, then the trace stops. */
+static void trace_end(void)
+{
+	if (!trace_running)
+		return;
+	(void)pthread_mutex_lock(&trace_lock);
+	trace_quit = true;
+	(void)pthread_cond_signal(&trace_wake);
+	(void)pthread_mutex_unlock(&trace_lock);
+	(void)pthread_join(trace_thread, NULL);
+	trace_running = false;
+}
+
+/* ---- the wrappers --------------------------------------------------------
+ * Each: the runtime's function (NRT_FAILURE, or nothing, when libnrt lacks
+ * it), the core found before the call, the call, its result returned as
+ * it came. */
+
+EXPORT NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version,
+			   const char *fal_version)
+{
+	__typeof__(&nrt_init) f = REAL(nrt_init);
+	if (!f)
+		return NRT_FAILURE;
+	struct call c;
+	bool timed = call_begin(&c, NO_CORE);
+	NRT_STATUS rc = f(framework, fw_version, fal_version);
+	if (timed) {
+		call_end(&c, "nrt_init");
+		call_record(&c, (int)rc);
+	}
+	if (rc == NRT_SUCCESS)
+		trace_begin();
+	return rc;
+}
+
+EXPORT void nrt_close(void)
+{
+	__typeof__(&nrt_close) f = REAL(nrt_close);
+	if (!f)
+		return;
+	trace_end();
+	struct call c;
+	bool timed = call_begin(&c, NO_CORE);
+	f();
+	if (timed) {
+		call_end(&c, "nrt_close");
+		call_record(&c, NO_STATUS);
+	}
+}
+
+/* nrt_load and nrt_load_collectives: the model takes the core it was
+ * loaded on and an id its later calls name (rank: NULL, or the device id
+ * and count of a collectives load). */
+static void loaded(struct call *c, bool timed, const char *fn, size_t size,
+		   nrt_model_t **model, NRT_STATUS rc, const uint32_t *rank)
+{
+	uint32_t id = 0;
+	if (rc == NRT_SUCCESS && model && *model) {
+		id = atomic_fetch_add(&next_model_id, 1);
+		table_put(&models, *model, c->core, id, NULL);
+	}
+	if (!timed)
+		return;
+	call_end(c, fn);
+	if (id)
+		put_u64(&c->nm, " model=", id);
+	put_u64(&c->nm, " neff_bytes=", size);
+	if (rank) {
+		put_u64(&c->nm, " rank=", rank[0]);
+		put_u64(&c->nm, "/", rank[1]);
+	}
+	call_record(c, (int)rc);
+}
+
+EXPORT NRT_STATUS nrt_load(const void *neff_bytes, size_t size, int32_t vnc, int32_t vnc_count,
+			   nrt_model_t **model)
+{
+	__typeof__(&nrt_load) f = REAL(nrt_load);
+	if (!f)
+		return NRT_FAILURE;
+	struct call c = { .core = vnc_core(vnc) };
+	bool timed = call_begin(&c, c.core);
+	NRT_STATUS rc = f(neff_bytes, size, vnc, vnc_count, model);
+	loaded(&c, timed, "nrt_load", size, model, rc, NULL);
+	return rc;
+}
+
+EXPORT NRT_STATUS nrt_load_collectives(const void *neff_bytes, size_t size, int32_t vnc,
+				       int32_t vnc_count, uint32_t ctx_device_id,
+				       uint32_t ctx_device_count, nrt_model_t **model)
+{
+	__typeof__(&nrt_load_collectives) f = REAL(nrt_load_collectives);
+	if (!f)
+		return NRT_FAILURE;
+	struct call c = { .core = vnc_core(vnc) };
+	bool timed = call_begin(&c, c.core);
+	NRT_STATUS rc = f(neff_bytes, size, vnc, vnc_count, ctx_device_id, ctx_device_count,
+			  model);
+	uint32_t rank[2] = { ctx_device_id, ctx_device_count };
+	loaded(&c, timed, "nrt_load_collectives", size, model, rc, rank);
+	return rc;
+}
+
+/* A call on a model (its slot in the table, or NULL), once it returned:
+ * " model=ID" and, for repeat >= 0, " repeat=N". */
+static void on_model(struct call *c, const char *fn, const struct slot *s, int repeat,
+		     NRT_STATUS rc)
+{
+	call_end(c, fn);
+	if (s)
+		put_u64(&c->nm, " model=", s->id);
+	if (repeat >= 0)
+		put_u64(&c->nm, " repeat=", (uint64_t)repeat);
+	call_record(c, (int)rc);
+}
+
+EXPORT NRT_STATUS nrt_unload(nrt_model_t *model)
+{
+	__typeof__(&nrt_unload) f = REAL(nrt_unload);
+	if (!f)
+		return NRT_FAILURE;
+	struct slot *s = table_get(&models, model);
+	struct call c;
+	bool timed = call_begin(&c, s ? s->core : NO_CORE);
+	NRT_STATUS rc = f(model);
+	if (timed)
+		on_model(&c, "nrt_unload", s, -1, rc);
+	if (rc == NRT_SUCCESS)
+		table_remove(&models, model);
+	return rc;
+}
+
+EXPORT NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_set,
+			      nrt_tensor_set_t *output_set)
+{
+	__typeof__(&nrt_execute) f = REAL(nrt_execute);
+	if (!f)
+		return NRT_FAILURE;
+	const struct slot *s = table_get(&models, model);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(model, input_set, output_set);
+	NRT_STATUS rc = f(model, input_set, output_set);
+	on_model(&c, "nrt_execute", s, -1, rc);
+	return rc;
+}
+
+EXPORT NRT_STATUS nrt_execute_repeat(nrt_model_t *model, const nrt_tensor_set_t *input_set,
+				     nrt_tensor_set_t *output_set, int repeat_count)
+{
+	__typeof__(&nrt_execute_repeat) f = REAL(nrt_execute_repeat);
+	if (!f)
+		return NRT_FAILURE;
+	const struct slot *s = table_get(&models, model);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(model, input_set, output_set, repeat_count);
+	NRT_STATUS rc = f(model, input_set, output_set, repeat_count);
+	on_model(&c, "nrt_execute_repeat", s, repeat_count > 0 ? repeat_count : 0, rc);
+	return rc;
+}
+
+EXPORT NRT_STATUS nrt_build_global_comm(int32_t vnc, uint32_t g_device_id,
+					uint32_t g_device_count)
+{
+	__typeof__(&nrt_build_global_comm) f = REAL(nrt_build_global_comm);
+	if (!f)
+		return NRT_FAILURE;
+	struct call c;
+	if (!call_begin(&c, vnc_core(vnc)))
+		return f(vnc, g_device_id, g_device_count);
+	NRT_STATUS rc = f(vnc, g_device_id, g_device_count);
+	call_end(&c, "nrt_build_global_comm");
+	put_u64(&c.nm, " rank=", g_device_id);
+	put_u64(&c.nm, "/", g_device_count);
+	call_record(&c, (int)rc);
+	return rc;
+}
+
+EXPORT NRT_STATUS nrt_tensor_allocate(nrt_tensor_placement_t tensor_placement, int vnc,
+				      size_t size, const char *name, nrt_tensor_t **tensor)
+{
+	__typeof__(&nrt_tensor_allocate) f = REAL(nrt_tensor_allocate);
+	if (!f)
+		return NRT_FAILURE;
+	uint32_t core = tensor_placement == NRT_TENSOR_PLACEMENT_HOST ? NO_CORE : vnc_core(vnc);
+	struct call c;
+	bool timed = call_begin(&c, core);
+	NRT_STATUS rc = f(tensor_placement, vnc, size, name, tensor);
+	if (rc == NRT_SUCCESS && tensor && *tensor)
+		table_put(&tensors, *tensor, core, 0, name);
+	if (timed) {
+		call_end(&c, "nrt_tensor_allocate");
+		if (name && *name) {
+			put_str(&c.nm, " tensor=");
+			put_str(&c.nm, name);
+		}
+		put_u64(&c.nm, " size=", size);
+		call_record(&c, (int)rc);
+	}
+	return rc;
+}
+
+/* A call on a tensor (its slot, or NULL) once it returned: " tensor=NAME"
+ * and, for size != SIZE_MAX, " size=N". */
+static void on_tensor(struct call *c, const char *fn, const struct slot *s, size_t size,
+		      int status)
+{
+	call_end(c, fn);
+	if (s && s->name[0]) {
+		put_str(&c->nm, " tensor=");
+		put_str(&c->nm, s->name);
+	}
+	if (size != SIZE_MAX)
+		put_u64(&c->nm, " size=", size);
+	call_record(c, status);
+}
+
+EXPORT void nrt_tensor_free(nrt_tensor_t **tensor)
+{
+	__typeof__(&nrt_tensor_free) f = REAL(nrt_tensor_free);
+	if (!f)
+		return;
+	const nrt_tensor_t *t = tensor ? *tensor : NULL;
+	struct slot *s = table_get(&tensors, t);
+	struct call c;
+	bool timed = call_begin(&c, s ? s->core : NO_CORE);
+	/* Gone before the runtime frees it: the address may come back. */
+	table_remove(&tensors, t);
+	f(tensor);
+	if (timed)
+		on_tensor(&c, "nrt_tensor_free", s, SIZE_MAX, NO_STATUS);
+}
+
+EXPORT NRT_STATUS nrt_tensor_read(const nrt_tensor_t *tensor, void *buf, size_t offset,
+				  size_t size)
+{
+	__typeof__(&nrt_tensor_read) f = REAL(nrt_tensor_read);
+	if (!f)
+		return NRT_FAILURE;
+	const struct slot *s = table_get(&tensors, tensor);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(tensor, buf, offset, size);
+	NRT_STATUS rc = f(tensor, buf, offset, size);
+	on_tensor(&c, "nrt_tensor_read", s, size, (int)rc);
+	return rc;
+}
+
+EXPORT NRT_STATUS nrt_tensor_write(nrt_tensor_t *tensor, const void *buf, size_t offset,
+				   size_t size)
+{
+	__typeof__(&nrt_tensor_write) f = REAL(nrt_tensor_write);
+	if (!f)
+		return NRT_FAILURE;
+	const struct slot *s = table_get(&tensors, tensor);
+	struct call c;
+	if (!call_begin(&c, s ? s->core : NO_CORE))
+		return f(tensor, buf, offset, size);
+	NRT_STATUS rc = f(tensor, buf, offset, size);
+	on_tensor(&c, "nrt_tensor_write", s, size, (int)rc);
+	return rc;
+}
+
+/* ---- LD_AUDIT: bindings to libnrt, dlsym's included ---------------------- */
+
+static const void *const wrappers[W_COUNT] = {
+#define X(f) (const void *)&f,
+	NRT_WRAPPED(X)
+#undef X
+};
+
+EXPORT unsigned la_version(unsigned version)
+{
+	audit_mode = true;
+	return version < LAV_CURRENT ? version : LAV_CURRENT;
+}
+
+static bool is_libnrt(const char *path)
+{
+	const char *base = path ? strrchr(path, '/') : NULL;
+	base = base ? base + 1 : path;
+	return base && !strncmp(base, "libnrt.so", 9);
+}
+
+EXPORT unsigned la_objopen(struct link_map *map, Lmid_t lmid, uintptr_t *cookie)
+{
+	(void)lmid;
+	(void)cookie;
+	if (is_libnrt(map->l_name))
+		atomic_store(&nrt_map, map);
+	return LA_FLG_BINDTO | LA_FLG_BINDFROM;
+}
+
+EXPORT uintptr_t la_symbind64(Elf64_Sym *sym, unsigned ndx, uintptr_t *refcook,
+			      uintptr_t *defcook, unsigned *flags, const char *symname)
+{
+	(void)ndx;
+	(void)refcook;
+	(void)flags;
+	struct link_map *m = atomic_load(&nrt_map);
+	if (!m || *defcook != (uintptr_t)m)
+		return sym->st_value;
+	for (size_t i = 0; i < W_COUNT; i++)
+		if (!strcmp(symname, wrapped_names[i])) {
+			atomic_store_explicit(&real_fns[i], (void *)sym->st_value,
+					      memory_order_release);
+			return (uintptr_t)wrappers[i];
+		}
+	return sym->st_value;
+}
