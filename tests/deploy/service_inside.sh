@@ -23,7 +23,7 @@ expect "unit enabled" "$(systemctl is-enabled ringprofd)" enabled
 # Type=notify: this returns once READY=1 came.
 systemctl start ringprofd
 expect "state" "$(show ActiveState)/$(show SubState)" active/running
-expect "STATUS" "$(show StatusText)" "Recording: 1 ring, * events held, * dropped, 0 open sessions; cpu_sampler running"
+expect "STATUS" "$(show StatusText)" "Recording: 1 ring, * events held, * dropped, 0 open sessions; cpu_sampler running; host_metrics running; psi running; gpu_pm disabled; xla running"
 pid=$(show MainPID)
 expect "bounding set" "$(awk '/^CapBnd/ { print $2 }' /proc/"$pid"/status)" 000000c000280004
 expect "no_new_privs" "$(awk '/^NoNewPrivs/ { print $2 }' /proc/"$pid"/status)" 1
