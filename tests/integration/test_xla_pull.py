@@ -23,7 +23,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from daemon_harness import BUILD
+from daemon_harness import BUILD, SANITIZED
 
 PROBE = os.path.join(BUILD, "collectors", "xla", "ringprof-xla-probe")
 WORKLOAD = pathlib.Path(__file__).with_name("xla_train.py")
@@ -565,6 +565,9 @@ def test_daemon_survives_dead_and_hanging_endpoints(tmp_path):
         hang.close()
 
 
+@pytest.mark.skipif(SANITIZED, reason="the workload imports jaxlib, which cannot run with the ASan "
+                    "runtime preloaded, and the ringprof package of the sanitized pass needs it: "
+                    "checked in the normal pass")
 def test_attach_registers_the_workload(tmp_path):
     """ringprof.xla.attach() in the workload: with no [xla] endpoints the
     daemon pulls from it, stamps its events with the workload's pid, and

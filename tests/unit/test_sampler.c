@@ -376,7 +376,12 @@ static void test_stack_copy(void **state)
 			      copied, user);
 		assert_true(user >= 5);
 #if defined(__x86_64__)
-		assert_int_equal(copied, mode == RP_STACK_COPY_ALWAYS ? user : 0);
+		/* always: every sample whose stack top the kernel could read (a
+		 * page not present fails even the smallest copy: rare). */
+		if (mode == RP_STACK_COPY_ALWAYS)
+			assert_true(copied * 10 >= user * 9);
+		else
+			assert_int_equal(copied, 0);
 #else
 		assert_int_equal(copied, 0);
 #endif
