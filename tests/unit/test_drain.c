@@ -123,6 +123,8 @@ static void check_sequence(void *ctx, const struct rp_event *ev)
 	c->last_ts = ev->ts;
 }
 
+#define CLOCK_MARGIN_NS 20000000ull
+
 /* Every event a producer commits reaches the ring file, in order, with its
  * clock converted to host ns. */
 static void test_producer_to_window(void **state)
@@ -145,9 +147,12 @@ static void test_producer_to_window(void **state)
 		assert_int_equal(rp_drain_flush(f->drain, NULL), 0);
 		uint64_t after = rp_clock_now_ns();
 		struct seq_check c = { .tid = tid };
-		read_window(f->rf, before, after, check_sequence, &c);
+		/* TSC ticks become host ns through a calibration a loaded machine
+		 * (the sanitized pass) makes less exact: a margin keeps the first
+		 * and last events inside the window. */
+		read_window(f->rf, before - CLOCK_MARGIN_NS, after + CLOCK_MARGIN_NS, check_sequence, &c);
 		assert_true(c.next == 100000);
-		assert_true(c.last_ts <= after);
+		assert_true(c.last_ts <= after + CLOCK_MARGIN_NS);
 		assert_int_equal(c.drops, 0);
 	}
 }
