@@ -12,23 +12,9 @@
 #      (target: at most 2 % at 1 ms).
 # On a host without a GPU it says "no GPU" and exits 0 (the rehearsal).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=${RINGPROF_BUILD:-$ROOT/build}
-OUT=${OUT:-$ROOT/gpu-out}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/pm_check.log") 2>&1
-say() { echo "[$(date -u +%T)] pm_check: $*"; }
-fail() { say "FAIL: $*"; exit 1; }
-
-if ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 && ! command -v nvidia-smi >/dev/null; then
-	say "no GPU: no NVIDIA driver on this host; nothing to check here"
-	exit 0
-fi
-PY=${PYTHON:-python3}
-if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-	say "no GPU: torch.cuda is not available to $PY; nothing to check here"
-	exit 0
-fi
+LOG=pm_check.log TAG="pm_check: "
+# shellcheck source=tests/gpu/common.sh
+source "$(dirname "$0")/common.sh"
 # The torch wheel's CUPTI (nvidia-cuda-cupti) when the system has none:
 # the collector dlopens libcupti.so.13, found through LD_LIBRARY_PATH.
 CUPTI_DIR=${RINGPROF_CUPTI_DIR:-$("$PY" - <<'PY'

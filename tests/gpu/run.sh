@@ -11,24 +11,10 @@
 #      the plain run, in figures.json.
 # On a host without a GPU it says "no GPU" and exits 0 (the rehearsal).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD=${RINGPROF_BUILD:-$ROOT/build}
-OUT=${OUT:-$ROOT/gpu-out}
+LOG=run.log TAG=""
+# shellcheck source=tests/gpu/common.sh
+source "$(dirname "$0")/common.sh"
 STEPS=${STEPS:-300}
-mkdir -p "$OUT"
-exec > >(tee "$OUT/run.log") 2>&1
-say() { echo "[$(date -u +%T)] $*"; }
-fail() { say "FAIL: $*"; exit 1; }
-
-if ! ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1 && ! command -v nvidia-smi >/dev/null; then
-	say "no GPU: no NVIDIA driver on this host; nothing to check here"
-	exit 0
-fi
-PY=${PYTHON:-python3}
-if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-	say "no GPU: torch.cuda is not available to $PY; nothing to check here"
-	exit 0
-fi
 nvidia-smi -L | tee "$OUT/gpus.txt" || true
 
 SO=$BUILD/collectors/cupti/libringprof-cupti.so
