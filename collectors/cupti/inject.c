@@ -361,6 +361,13 @@ EXPORT int rp_cupti_start(void)
 			return -EIO;
 		}
 	}
+	/* NVTX ranges reach CUPTI only where NVTX_INJECTION64_PATH names
+	 * libcupti; whether that is safe on this CUPTI is what
+	 * RINGPROF_NVTX=1 lets the GPU check find out (docs/gpu.md). */
+	if (getenv("RINGPROF_NVTX") && strcmp(getenv("RINGPROF_NVTX"), "1") == 0 &&
+	    (api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER) != CUPTI_SUCCESS ||
+	     api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER_DATA) != CUPTI_SUCCESS))
+		say("CUPTI cannot record NVTX ranges on this version; they are not recorded");
 	(void)api.cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
 	(void)atexit(flush_at_exit);
 	st.started = true;
