@@ -15,39 +15,11 @@ set -euo pipefail
 LOG=pm_check.log TAG="pm_check: "
 # shellcheck source=tests/gpu/common.sh
 source "$(dirname "$0")/common.sh"
-# The torch wheel's CUPTI (nvidia-cuda-cupti) when the system has none:
-# the collector dlopens libcupti.so.13, found through LD_LIBRARY_PATH.
-CUPTI_DIR=${RINGPROF_CUPTI_DIR:-$("$PY" - <<'PY'
-import glob, os
-roots = []
-try:
-    import nvidia.cuda_cupti as m
-    roots = list(m.__path__)
-except ImportError:
-    pass
-for r in roots + ["/usr/local/cuda/lib64", "/usr/local/cuda/extras/CUPTI/lib64"]:
-    for f in sorted(glob.glob(os.path.join(r, "**", "libcupti.so.13*"), recursive=True)):
-        print(os.path.dirname(f)); raise SystemExit
-PY
-)}
-[ -n "$CUPTI_DIR" ] || fail "no libcupti.so.13 found (set RINGPROF_CUPTI_DIR)"
-say "libcupti from $CUPTI_DIR"
-[ -e "$CUPTI_DIR/libcupti.so.13" ] || ln -sf "$(ls "$CUPTI_DIR"/libcupti.so.13* | head -1)" "$OUT/libcupti.so.13"
-
-TMP=$(mktemp -d)
-SOCK=$TMP/ctl.sock
-printf '[gpu_pm]\ninterval = 1ms\n[sampler]\nenabled = false\n' >"$TMP/ringprofd.conf"
-LD_LIBRARY_PATH="$CUPTI_DIR:$OUT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-	"$BUILD/daemon/ringprofd" --foreground --config "$TMP/ringprofd.conf" --socket "$SOCK" \
-	--state-dir "$TMP/state" --logdir "$TMP/logs" 2>"$OUT/pm_ringprofd.log" &
-DAEMON=$!
-trap 'kill $DAEMON 2>/dev/null || true; wait $DAEMON 2>/dev/null || true' EXIT
-for _ in $(seq 100); do [ -S "$SOCK.producers" ] && break; sleep 0.1; done
-[ -S "$SOCK.producers" ] || fail "ringprofd did not start (pm_ringprofd.log)"
-CLI=("$BUILD/cli/ringprof" --socket "$SOCK")
-"${CLI[@]}" status | tee "$OUT/pm_status.txt"
-grep -q "gpu_pm: running" "$OUT/pm_status.txt" || fail "gpu_pm is not running (pm_status.txt)"
-nvidia-smi -L | tee "$OUT/pm_gpus.txt" || true
+start_daemon '[gpu_pm]\ninterval = 1ms\n[sampler]\nenabled = false\n' pm_ringprofd.log
+trap stop_daemon EXIT
+"${CLI[@]}" status | tee "$WORK/pm_status.txt"
+grep -q "gpu_pm: running" "$WORK/pm_status.txt" || fail "gpu_pm is not running (pm_status.txt)"
+nvidia-smi -L | tee "$WORK/pm_gpus.txt" || true
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$DAEMON/stat"; }
 T0=$(cpu_ticks); W0=$(date +%s%N)
@@ -67,14 +39,14 @@ PY
 P2=$(date +%s%N)
 sleep 4
 T1=$(cpu_ticks); W1=$(date +%s%N)
-"${CLI[@]}" snapshot --last 20s --name pmcheck --json >"$OUT/pm_snapshot.json"
-SESSION=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["path"])' "$OUT/pm_snapshot.json")
-"${CLI[@]}" export "$SESSION" --format json -o "$OUT/pm_session.json"
-"${CLI[@]}" summary "$SESSION" >"$OUT/pm_summary.txt"
-"${CLI[@]}" status >>"$OUT/pm_status.txt"
+"${CLI[@]}" snapshot --last 20s --name pmcheck --json >"$WORK/pm_snapshot.json"
+SESSION=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["path"])' "$WORK/pm_snapshot.json")
+"${CLI[@]}" export "$SESSION" --format json -o "$WORK/pm_session.json"
+"${CLI[@]}" summary "$SESSION" >"$WORK/pm_summary.txt"
+"${CLI[@]}" status >>"$WORK/pm_status.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 
-"$PY" - "$OUT" "$W0" "$P1" "$P2" "$W1" "$T0" "$T1" "$(getconf CLK_TCK)" "$NGPU" <<'PY'
+"$PY" - "$WORK" "$W0" "$P1" "$P2" "$W1" "$T0" "$T1" "$(getconf CLK_TCK)" "$NGPU" <<'PY'
 import json, sys
 out, w0, p1, p2, w1, t0, t1, hz, ngpu = sys.argv[1], *map(int, sys.argv[2:])
 s = json.load(open(f"{out}/pm_session.json"))
@@ -105,4 +77,4 @@ if not ok:
 if fig["daemon_cpu_pct_per_gpu"] > 2:
     print("WARN: daemon CPU above 2 % of a core per GPU at 1 ms")
 PY
-say "done: figures in $OUT/pm_figures.json"
+say "done: figures in $WORK/pm_figures.json"

@@ -1,11 +1,18 @@
 """The GPU check's workload (tests/gpu/run.sh): a PyTorch matmul + copy
-loop, timed per step.  Modes:
-  plain     nothing else in the process (the baseline; ringprof's run is
+loop, timed per step.  Usage: workload.py MODE STEPS.  Modes:
+  plain     nothing else in the process (the baseline; ringprof's runs are
             this mode with CUDA_INJECTION64_PATH set by run.sh)
   torch     the same loop under torch.profiler (Kineto) with CUDA activity
-Prints one JSON line: mode, steps, step_ms (median), and for torch the
-kernels it saw {name: [count, total_us]} during the profiled steps."""
+  coexist   STEPS plain, STEPS under torch.profiler, STEPS plain again:
+            whether ringprof's CUPTI collector and Kineto get along
+  nvtx      the loop with each step in a torch.cuda.nvtx range
+  torch-first  torch.profiler started before CUDA is (so that Kineto holds
+            CUPTI when the driver loads ringprof's injection library)
+Prints one JSON line: mode, pid, steps, step_ms (median), and where a phase
+matters its wall-clock bounds in ns (time.time_ns, as the JSON export stamps); for torch.profiler phases the
+kernels it saw {name: [count, total_us]}."""
 import json
+import os
 import statistics
 import sys
 import time
@@ -13,6 +20,10 @@ import time
 import torch
 
 mode, steps = sys.argv[1], int(sys.argv[2])
+if mode == "torch-first":
+    from torch.profiler import ProfilerActivity, profile
+    early = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    early.__enter__()
 dev = torch.device("cuda")
 a = torch.randn(2048, 2048, device=dev)
 b = torch.randn(2048, 2048, device=dev)
@@ -30,21 +41,24 @@ for _ in range(20):  # warm-up: cuBLAS heuristics, allocator
     step()
 torch.cuda.synchronize()
 
-times = []
-kernels = {}
 
-
-def loop():
-    for _ in range(steps):
+def loop(n, wrap=None):
+    """n timed steps; returns the step times in ms."""
+    times = []
+    for i in range(n):
         t = time.perf_counter()
-        step()
+        if wrap:
+            with wrap(i):
+                step()
+        else:
+            step()
         times.append((time.perf_counter() - t) * 1e3)
+    return times
 
 
-if mode == "torch":
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        loop()
+def kernels_seen(prof):
+    """{name: [count, total_us]} of the kernels a torch.profiler saw."""
+    kernels = {}
     for e in prof.events():
         # Kernels only: Kineto names copies "Memcpy HtoD (Pinned -> Device)".
         if (e.device_type == torch.autograd.DeviceType.CUDA
@@ -52,7 +66,43 @@ if mode == "torch":
             k = kernels.setdefault(e.name, [0, 0.0])
             k[0] += 1
             k[1] += e.device_time
+    return kernels
+
+
+def profiled(n):
+    """n steps under torch.profiler; returns (times, kernels it saw)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        times = loop(n)
+    return times, kernels_seen(prof)
+
+
+def bounds(fn, *args):
+    t0 = time.time_ns()
+    r = fn(*args)
+    return r, [t0, time.time_ns()]
+
+
+out = {"mode": mode, "pid": os.getpid(), "steps": steps}
+if mode == "torch":
+    times, out["kernels"] = profiled(steps)
+elif mode == "coexist":
+    t1, b1 = bounds(loop, steps)
+    (t2, out["kernels"]), b2 = bounds(profiled, steps)
+    t3, b3 = bounds(loop, steps)
+    times = t1 + t3
+    out["phases"] = {"before": b1, "torch.profiler": b2, "after": b3}
+    out["torch_step_ms"] = statistics.median(t2)
+elif mode == "nvtx":
+    times = loop(steps, lambda i: torch.cuda.nvtx.range(f"step {i % 4}"))
+elif mode == "plain":
+    times = loop(steps)
+elif mode == "torch-first":
+    times = loop(steps)
+    early.__exit__(None, None, None)
+    out["kernels"] = kernels_seen(early)
 else:
-    loop()
-print(json.dumps({"mode": mode, "steps": steps, "step_ms": statistics.median(times),
-                  "kernels": kernels}))
+    sys.exit(f"workload.py: unknown mode {mode!r} (plain, torch, coexist, nvtx, torch-first)")
+out["step_ms"] = statistics.median(times)
+out["mean_ms"] = statistics.fmean(times)
+print(json.dumps(out))

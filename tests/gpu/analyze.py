@@ -1,0 +1,185 @@
+"""Judges what tests/gpu/run.sh recorded: analyze.py WORK.
+
+Reads the workloads' JSON lines (WORK/TAG.json, exit status in TAG.rc) and
+the session's JSON export (WORK/session.json); writes WORK/figures.json and
+prints it.  Checks, each a line in "problems" when it fails:
+  - ringprof's kernels of run ringprof1 against torch.profiler's of run
+    torch: every kernel torch saw is there, with per-step counts and mean
+    durations within 10%;
+  - the step-time slowdown of ringprof (figures; target 1%) and of
+    torch.profiler, each against the runs with no profiler;
+  - coexist: ringprof records kernels before torch.profiler runs, and
+    whether it still does after it (a figure: the answer is the finding);
+  - torch-first: with torch.profiler holding CUPTI first, torch.profiler
+    still sees its kernels (whether ringprof stood aside is a figure);
+  - nvtx: the run with NVTX through CUPTI exits 0 and its kernels are
+    recorded (its ranges are a figure);
+  - xla: the JAX program's device ops reached the session.
+Exit status 1 when a check failed."""
+import collections
+import json
+import pathlib
+import statistics
+import sys
+
+work = pathlib.Path(sys.argv[1])
+problems = []
+fig = {}
+
+
+def run(tag):
+    """The workload's JSON line, or None (with a problem) when it failed."""
+    rc = (work / f"{tag}.rc").read_text().strip() if (work / f"{tag}.rc").exists() else "?"
+    try:
+        out = json.loads((work / f"{tag}.json").read_text().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        out = None
+    if rc != "0" or out is None:
+        err = (work / f"{tag}.stderr").read_text(errors="replace")[-400:] \
+            if (work / f"{tag}.stderr").exists() else ""
+        problems.append(f"run {tag} failed (exit {rc}): {err.strip()}")
+        return None
+    return out
+
+
+runs = {t: run(t) for t in ("plain0", "plain0b", "plain1", "ringprof1", "ringprof2",
+                            "plain2", "torch", "coexist", "nvtx", "torchfirst")}
+try:
+    session = json.loads((work / "session.json").read_text())
+except (OSError, ValueError) as e:
+    session = {"trace_events": [], "counters": []}
+    problems.append(f"no session export: {e}")
+events = session.get("trace_events", [])
+
+
+def kernels_of(pid, lo=None, hi=None, kind="gpu_kernel"):
+    """name -> [count, total us] of pid's events of kind in [lo, hi) (wall ns)."""
+    out = {}
+    for e in events:
+        if e["type"] != kind or e["process_id"] != pid:
+            continue
+        if lo is not None and not lo <= e["timestamp"] < hi:
+            continue
+        k = out.setdefault(e["name"], [0, 0.0])
+        k[0] += 1
+        k[1] += e["duration"] / 1e3
+    return out
+
+
+def count(kmap):
+    return sum(n for n, _ in kmap.values())
+
+
+def base(name):
+    """A kernel name without its argument list, for names the two tools
+    spell differently."""
+    return name.split("(")[0].strip()
+
+
+# Kernels: ringprof1 (warm-up + steps, all recorded) vs torch (steps).
+rp, tp = runs["ringprof1"], runs["torch"]
+if rp and tp:
+    steps = rp["steps"]
+    ours = kernels_of(rp["pid"])
+    fig["kernels"] = {"ringprof": ours, "torch.profiler": tp["kernels"]}
+    by_base = collections.defaultdict(lambda: [0, 0.0])
+    for name, (n, us) in ours.items():
+        by_base[base(name)][0] += n
+        by_base[base(name)][1] += us
+    if not ours:
+        problems.append("no gpu_kernel events of run ringprof1 in the session")
+    for name, (n, us) in tp["kernels"].items():
+        m, ous = ours.get(name) or by_base.get(base(name)) or (0, 0.0)
+        if not m:
+            problems.append(f"kernel {name!r} of torch.profiler missing from ringprof")
+            continue
+        if abs(m / (steps + 20) - n / steps) > 0.1 * n / steps:
+            problems.append(f"{name}: {m} in ringprof over {steps + 20} steps vs {n} in "
+                            f"torch over {steps}")
+        if abs(ous / m - us / n) > 0.1 * us / n:
+            problems.append(f"{name}: mean {ous / m:.2f} us vs torch {us / n:.2f} us")
+    copies = kernels_of(rp["pid"], kind="gpu_memcpy")
+    fig["memcpy"] = copies
+    if count(copies) < steps:
+        problems.append(f"{count(copies)} memcpys recorded for {steps} steps")
+
+# Slowdowns: medians of each run's step times.
+step = {t: r["step_ms"] for t, r in runs.items()
+        if r and t not in ("coexist", "nvtx", "torchfirst")}
+fig["step_ms"] = step
+
+
+def mean_of(*tags):
+    v = [step[t] for t in tags if t in step]
+    return statistics.fmean(v) if v else None
+
+
+none = mean_of("plain0", "plain0b")
+daemon = mean_of("plain1", "plain2")
+ours_ms = mean_of("ringprof1", "ringprof2")
+slow = {}
+if none and ours_ms:
+    slow["ringprof_vs_no_daemon"] = 100 * (ours_ms / none - 1)
+if daemon and ours_ms:
+    slow["ringprof_vs_daemon_no_injection"] = 100 * (ours_ms / daemon - 1)
+if none and daemon:
+    slow["daemon_only_vs_no_daemon"] = 100 * (daemon / none - 1)
+if none and "torch" in step:
+    slow["torch.profiler_vs_no_daemon"] = 100 * (step["torch"] / none - 1)
+fig["slowdown_pct"] = slow
+
+# Coexistence with torch.profiler in the same process.
+co = runs["coexist"]
+if co:
+    ph = co["phases"]
+    seen = {p: count(kernels_of(co["pid"], *ph[p])) for p in ph}
+    fig["coexist"] = {"ringprof_kernels_by_phase": seen,
+                      "torch.profiler_kernels": count(co["kernels"]),
+                      "steps_per_phase": co["steps"],
+                      "stderr": (work / "coexist.stderr").read_text(errors="replace")[-600:]}
+    if not seen["before"]:
+        problems.append("coexist: ringprof recorded no kernels before torch.profiler started")
+    if not co["kernels"]:
+        problems.append("coexist: torch.profiler saw no kernels with ringprof loaded")
+
+# torch.profiler holding CUPTI first: ringprof stands aside and says so.
+tf = runs["torchfirst"]
+if tf:
+    err = (work / "torchfirst.stderr").read_text(errors="replace")
+    fig["torch_first"] = {"ringprof_kernels": count(kernels_of(tf["pid"])),
+                          "torch.profiler_kernels": count(tf["kernels"]),
+                          "stood_aside_said": "another CUPTI subscriber" in err,
+                          "stderr": err[-600:]}
+    if not tf["kernels"]:
+        problems.append("torch-first: torch.profiler saw no kernels with ringprof loaded")
+
+# NVTX through CUPTI.
+nv = runs["nvtx"]
+if nv:
+    ranges = [e for e in events if e["type"] == "range" and e["process_id"] == nv["pid"]]
+    fig["nvtx"] = {"kernels": count(kernels_of(nv["pid"])), "ranges": len(ranges),
+                   "range_names": sorted({e["name"] for e in ranges})[:8],
+                   "stderr": (work / "nvtx.stderr").read_text(errors="replace")[-600:]}
+    if not fig["nvtx"]["kernels"]:
+        problems.append("nvtx: no kernels recorded with NVTX through CUPTI")
+
+# JAX on the GPU, pulled by the daemon.
+try:
+    xla = json.loads((work / "xla.json").read_text().strip().splitlines()[-1])
+except (OSError, ValueError, IndexError):
+    xla = None
+    problems.append("xla: the JAX program failed: " +
+                    (work / "xla.stderr").read_text(errors="replace")[-400:].strip())
+if xla:
+    ops = [e for e in events if e["type"] == "xla_op"]
+    on_device = [e for e in ops if "device_index" in e.get("args", {})]
+    fig["xla"] = {"jax": xla, "xla_ops": len(ops), "on_device": len(on_device),
+                  "rings": dict(collections.Counter(e["device"] for e in ops)),
+                  "device_op_names": sorted({e["name"] for e in on_device})[:10]}
+    if not on_device:
+        problems.append("xla: no device ops of the JAX program in the session")
+
+fig["problems"] = problems
+(work / "figures.json").write_text(json.dumps(fig, indent=1))
+print(json.dumps({k: v for k, v in fig.items() if k != "kernels"}, indent=1))
+sys.exit(1 if problems else 0)
