@@ -290,12 +290,26 @@ static bool other_subscriber(void)
 	return true;
 }
 
-static int load_cupti(void)
+/* The CUPTI this process already has, if any (the framework's: torch
+ * loads the nvidia-cuda-cupti wheel's copy at import), else
+ * RINGPROF_CUPTI_LIB, else libcupti.so.13 by name.  Two copies of CUPTI in
+ * one process fight over the driver's profiling hooks: the second one's
+ * subscribers fail with error 39, which breaks torch.profiler. */
+static void *open_cupti(void)
 {
+	void *h = dlopen("libcupti.so.13", RTLD_NOW | RTLD_NOLOAD);
+	if (h)
+		return h;
 	const char *path = getenv("RINGPROF_CUPTI_LIB");
-	void *h = dlopen(path && *path ? path : "libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
+	h = dlopen(path && *path ? path : "libcupti.so.13", RTLD_NOW | RTLD_LOCAL);
 	if (!h && !(path && *path))
 		h = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL);
+	return h;
+}
+
+static int load_cupti(void)
+{
+	void *h = open_cupti();
 	if (!h) {
 		say("libcupti not found (%s); GPU activity is not recorded. Set "
 		    "RINGPROF_CUPTI_LIB to its path", dlerror());

@@ -35,6 +35,7 @@ struct gpu {
 	unsigned index;          /* nvidia-smi's: the N of gpuN */
 	char metric_names[RP_PM_MAX_METRICS][RP_PM_METRIC_LEN];
 	char counter_names[RP_PM_MAX_METRICS][RP_PM_METRIC_LEN + 8];
+	char unavailable[256];          /* default metrics this GPU lacks, for status */
 	struct rp_pm_config cfg;
 	struct rp_pm_session session;   /* the thread's once started */
 	struct rp_shmring *ring;        /* written by the thread only */
@@ -185,10 +186,23 @@ static int setup_gpu(struct gpu *g, const struct rp_config *cfg, struct rp_err *
 		if (!def)
 			rc = rp_err_set(why, -EOPNOTSUPP, "no default PM metric set for chip %s: "
 					"name single-pass metrics in [gpu_pm] metrics", chip);
-		for (; rc == 0 && def[n].name; n++) {
-			names[n] = def[n].cupti;
-			counters[n] = def[n].name;
+		/* The default set leaves out what this board lacks (and
+		 * says so); a list the operator gave is taken whole or
+		 * refused. */
+		for (size_t i = 0; rc == 0 && def[i].name; i++) {
+			if (!rp_pm_metric_available(c, chip, availability, def[i].cupti)) {
+				size_t len = strlen(g->unavailable);
+				snprintf(g->unavailable + len, sizeof(g->unavailable) - len, "%s%s",
+					 len ? ", " : "", def[i].name);
+				continue;
+			}
+			names[n] = def[i].cupti;
+			counters[n++] = def[i].name;
 		}
+		if (rc == 0 && g->unavailable[0])
+			fprintf(stderr, "ringprofd: gpu%u: PM metrics %s of the %s default set are not "
+				"available on this GPU; sampling the other %zu\n", g->index,
+				g->unavailable, chip, n);
 	}
 	if (rc == 0)
 		rc = rp_pm_config_build(c, chip, availability, names, n, &g->cfg, why);
@@ -326,6 +340,12 @@ static void stats(void *state, struct rp_collector_stats *st)
 		st->lost += rp_shmring_dropped(g->ring);
 		st->values[1] += atomic_load(&g->busy);
 		st->values[2] += atomic_load(&g->overflows);
+		if (g->unavailable[0]) {
+			size_t len = strlen(st->detail);
+			snprintf(st->detail + len, sizeof(st->detail) - len,
+				 "%sgpu%u: %s not available on this GPU", len ? "; " : "",
+				 g->index, g->unavailable);
+		}
 	}
 	st->values[3] = atomic_load(&pm->paused);
 }

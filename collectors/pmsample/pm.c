@@ -129,27 +129,31 @@ static int add_metrics(const struct rp_cupti *c, void *host, const char **metric
 	return c->host_add_metrics(&add);
 }
 
+bool rp_pm_metric_available(const struct rp_cupti *c, const char *chip,
+			    const uint8_t *availability, const char *metric)
+{
+	void *host;
+	struct rp_err ignored = { 0 };
+	if (new_host(c, chip, availability, &host, &ignored) < 0)
+		return false;
+	int r = add_metrics(c, host, &metric, 1);
+	struct rp_cupti_host_object p = RP_CUPTI_PARAMS(struct rp_cupti_host_object, pHostObject);
+	p.pHostObject = host;
+	(void)c->host_deinit(&p);
+	return r == RP_CUPTI_SUCCESS;
+}
+
 /* Which metric the chip refuses: each alone on a scratch host object
  * (metrics added in separate calls go into separate passes). */
 static int name_bad_metric(const struct rp_cupti *c, const char *chip, const uint8_t *availability,
 			   const char **metrics, size_t n, struct rp_err *err)
 {
-	for (size_t i = 0; i < n; i++) {
-		void *host;
-		int rc = new_host(c, chip, availability, &host, err);
-		if (rc < 0)
-			return rc;
-		int r = add_metrics(c, host, &metrics[i], 1);
-		struct rp_cupti_host_object p = RP_CUPTI_PARAMS(struct rp_cupti_host_object,
-								pHostObject);
-		p.pHostObject = host;
-		(void)c->host_deinit(&p);
-		if (r != RP_CUPTI_SUCCESS)
+	for (size_t i = 0; i < n; i++)
+		if (!rp_pm_metric_available(c, chip, availability, metrics[i]))
 			return rp_err_set(err, -EINVAL, "metric '%s' is not a PM sampling metric of %s: "
 					  "fix or remove it in [gpu_pm] metrics (ncu --chip %s "
 					  "--query-metrics lists the chip's metrics)",
 					  metrics[i], chip, chip);
-	}
 	return rp_err_set(err, -EINVAL, "%s refuses these %zu metrics together; list fewer in "
 			  "[gpu_pm] metrics", chip, n);
 }

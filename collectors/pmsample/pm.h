@@ -31,6 +31,13 @@ struct rp_pm_metric {
  * validated for it (then [gpu_pm] metrics must name one). */
 const struct rp_pm_metric *rp_pm_default_metrics(const char *chip);
 
+/* Whether this device (availability: its counter availability image, or
+ * NULL for the chip in general) offers metric to PM sampling.  A chip's
+ * default set can name counters a given board lacks: NVLink's on a GPU
+ * with its links off or behind a hypervisor, for one. */
+bool rp_pm_metric_available(const struct rp_cupti *c, const char *chip,
+			    const uint8_t *availability, const char *metric);
+
 /* "a, b,c" into names: -EINVAL naming an empty or too long item. */
 RP_MUST_CHECK int rp_pm_parse_metrics(const char *list, char names[][RP_PM_METRIC_LEN], size_t max,
 			size_t *n, struct rp_err *err);

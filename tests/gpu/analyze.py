@@ -42,8 +42,9 @@ def run(tag):
     return out
 
 
-runs = {t: run(t) for t in ("plain0", "plain0b", "plain1", "ringprof1", "ringprof2",
-                            "plain2", "torch", "coexist", "nvtx", "torchfirst")}
+runs = {t: run(t) for t in ("plain0", "plain0b", "plain1", "ringprof1", "plain2", "ringprof2",
+                            "plain3", "ringprof3", "torch", "coexist", "nvtx", "torchfirst")}
+fig["cupti_copies"] = {t: r.get("cupti_at_exit") for t, r in runs.items() if r}
 try:
     session = json.loads((work / "session.json").read_text())
 except (OSError, ValueError) as e:
@@ -115,8 +116,8 @@ def mean_of(*tags):
 
 
 none = mean_of("plain0", "plain0b")
-daemon = mean_of("plain1", "plain2")
-ours_ms = mean_of("ringprof1", "ringprof2")
+daemon = mean_of("plain1", "plain2", "plain3")
+ours_ms = mean_of("ringprof1", "ringprof2", "ringprof3")
 slow = {}
 if none and ours_ms:
     slow["ringprof_vs_no_daemon"] = 100 * (ours_ms / none - 1)

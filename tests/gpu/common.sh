@@ -23,7 +23,8 @@ PY=${PYTHON:-python3}
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
 	fail "$PY has no torch with CUDA on this GPU host (set PYTHON)"
 
-# libcupti.so.13: the system's, else the torch wheel's (nvidia-cuda-cupti).
+# libcupti.so.13: the torch wheel's (nvidia-cuda-cupti), the copy torch
+# itself loads, else the system's.
 CUPTI=${RINGPROF_CUPTI_LIB:-$("$PY" - <<'PY'
 import glob, os
 roots = []
@@ -32,7 +33,7 @@ try:
     roots = list(m.__path__)
 except ImportError:
     pass
-for r in ["/usr/local/cuda/lib64", "/usr/local/cuda/extras/CUPTI/lib64"] + roots:
+for r in roots + ["/usr/local/cuda/lib64", "/usr/local/cuda/extras/CUPTI/lib64"]:
     for f in sorted(glob.glob(os.path.join(r, "**", "libcupti.so.13*"), recursive=True)):
         print(f); raise SystemExit
 PY

@@ -6,8 +6,9 @@
 # gpucheck.tar.gz go to $OUT (default ./gpu-out).  In order:
 #   1. the workload (workload.py) with no profiler and no daemon;
 #   2. ringprofd from the build, PM sampling on (its defaults);
-#   3. the workload again: plain, twice with CUDA_INJECTION64_PATH =
-#      libringprof-cupti.so, plain, then under torch.profiler;
+#   3. the workload again: three times plain and three times with
+#      CUDA_INJECTION64_PATH = libringprof-cupti.so, alternated, then under
+#      torch.profiler;
 #   4. with the injection: torch.profiler in the middle of a run (coexist),
 #      NVTX ranges through CUPTI (RINGPROF_NVTX=1), and a JAX program on the
 #      GPU whose profiler server the daemon pulls (collectors/xla);
@@ -58,11 +59,14 @@ start_daemon "" ringprofd.log
 export RINGPROF_SOCKET=$SOCK
 "${CLI[@]}" status >"$WORK/status-start.txt" 2>&1
 grep -E "gpu|cpu|sampler" "$WORK/status-start.txt" | head -20
+# Alternated, so that drift of the machine falls on both.
 workload plain1 plain
 workload ringprof1 plain "${INJECT[@]}"
 "${CLI[@]}" status >"$WORK/status-ringprof.txt" 2>&1
-workload ringprof2 plain "${INJECT[@]}"
 workload plain2 plain
+workload ringprof2 plain "${INJECT[@]}"
+workload plain3 plain
+workload ringprof3 plain "${INJECT[@]}"
 workload torch torch
 workload coexist coexist "${INJECT[@]}"
 workload nvtx nvtx "${INJECT[@]}" RINGPROF_NVTX=1 NVTX_INJECTION64_PATH="$CUPTI"

@@ -19,7 +19,17 @@ import time
 
 import torch
 
+
+
+def cupti_copies():
+    """The libcupti files mapped into this process (two copies of CUPTI
+    in one process break each other's subscribers)."""
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if "libcupti" in line})
+
+
 mode, steps = sys.argv[1], int(sys.argv[2])
+at_import = cupti_copies()
 if mode == "torch-first":
     from torch.profiler import ProfilerActivity, profile
     early = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
@@ -83,7 +93,7 @@ def bounds(fn, *args):
     return r, [t0, time.time_ns()]
 
 
-out = {"mode": mode, "pid": os.getpid(), "steps": steps}
+out = {"mode": mode, "pid": os.getpid(), "steps": steps, "cupti_at_import": at_import}
 if mode == "torch":
     times, out["kernels"] = profiled(steps)
 elif mode == "coexist":
@@ -103,6 +113,7 @@ elif mode == "torch-first":
     out["kernels"] = kernels_seen(early)
 else:
     sys.exit(f"workload.py: unknown mode {mode!r} (plain, torch, coexist, nvtx, torch-first)")
+out["cupti_at_exit"] = cupti_copies()
 out["step_ms"] = statistics.median(times)
 out["mean_ms"] = statistics.fmean(times)
 print(json.dumps(out))

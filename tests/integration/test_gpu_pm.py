@@ -106,6 +106,27 @@ def test_counters_reach_gpu_ring(tmp_path, fake_gpu):
         d.stop()
 
 
+def test_default_set_without_nvlink(tmp_path, fake_gpu):
+    # An H100 whose NVLink counters are not offered (links off, or behind a
+    # hypervisor, as on the lent GPU machine): the default set samples the
+    # rest and status says what was left out.
+    fake_gpu.setenv("FAKE_GPU_NO_NVLINK", "1")
+    d = Daemon(tmp_path, config=QUIET + "[gpu_pm]\ninterval = 1ms\n").start()
+    try:
+        pm = wait_for(d, lambda pm: pm["events"] >= 11 * 5)
+        assert pm["state"] == "running", pm
+        assert "gpu0: nvlink_rx_bytes, nvlink_tx_bytes not available on this GPU" in \
+            pm["detail"], pm
+        snap = json.loads(d.cli("snapshot", "--last", "10s", "--name", "pm", "--json",
+                                check=True).stdout)
+        counters, out = summary_counters(d, "pm")
+        assert "gpu_pm/sm_active_pct" in counters and "gpu_pm/pcie_read_bytes" in counters, out
+        assert not any(name.startswith("gpu_pm/nvlink") for name in counters), out
+        assert snap["path"]
+    finally:
+        d.stop()
+
+
 def test_bad_metric_named(tmp_path, fake_gpu):
     d = Daemon(tmp_path, config=QUIET +
                "[gpu_pm]\nmetrics = sm__cycles_active.avg, sm__bogus.sum\n").start()

@@ -65,7 +65,8 @@ EXPORT int cuptiProfilerHostGetMetricProperties(struct rp_cupti_metric_propertie
 EXPORT int cuptiProfilerHostConfigAddMetrics(struct rp_cupti_add_metrics *p)
 {
 	for (size_t i = 0; i < p->numMetrics; i++)
-		if (strstr(p->ppMetricNames[i], "bogus"))
+		if (strstr(p->ppMetricNames[i], "bogus") ||
+		    (env_int("FAKE_GPU_NO_NVLINK", 0) && !strncmp(p->ppMetricNames[i], "nvl", 3)))
 			return 1;
 	return 0;
 }
