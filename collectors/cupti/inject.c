@@ -83,8 +83,13 @@ static struct {
 	const char *cvd;
 	struct rp_producer *gpu_rings[RP_CUPTI_MAX_DEV]; /* by physical index */
 	struct rp_producer *host_ring;
-	bool started;
+	/* Guarded by ctl, which start, pause, resume and the exit flush take
+	 * (never lock, which completions take while a flush runs). */
+	bool started;  /* CUPTI loaded and the process fit to record */
+	bool armed;    /* our callbacks registered, our kinds enabled */
+	bool paused;   /* rp_cupti_pause(): another profiler has CUPTI */
 } st = { .lock = PTHREAD_MUTEX_INITIALIZER };
+static pthread_mutex_t ctl = PTHREAD_MUTEX_INITIALIZER;
 
 /* One line on stderr, the only way this library speaks to the workload. */
 __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
@@ -253,9 +258,24 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 		atomic_fetch_and(&st.busy, ~(1u << ((size_t)(buffer - st.pool) / BUF_SIZE)));
 }
 
+/* Only while armed: after another profiler registered its callbacks, a
+ * flush at exit would hand buffers to its code, torn down by then. */
 static void flush_at_exit(void)
 {
-	(void)api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	(void)pthread_mutex_lock(&ctl);
+	if (st.armed)
+		(void)api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	(void)pthread_mutex_unlock(&ctl);
+}
+
+/* An instant in the host ring, which the daemon shows in every export. */
+static void note(const char *what)
+{
+	if (!st.host_ring)
+		st.host_ring = ring_named(HOST_RING);
+	struct rp_shmring *ring = st.host_ring ? rp_producer_connect(st.host_ring) : NULL;
+	if (ring)
+		(void)rp_shm_instant(ring, rp_shmring_now(ring), what);
 }
 
 static void CUPTIAPI probe_callback(void *ud, CUpti_CallbackDomain d, CUpti_CallbackId id,
@@ -279,14 +299,10 @@ static bool other_subscriber(void)
 		return false;
 	say("another CUPTI subscriber (torch.profiler, nsys, ...) is active in this "
 	    "process: GPU activity is left to it");
-	struct rp_producer *p = ring_named(HOST_RING);
-	if (p)
-		rp_producer_set_thread_name(p, "ringprof-cupti (stood aside)");
-	struct rp_shmring *ring = p ? rp_producer_connect(p) : NULL;
-	if (ring)
-		(void)rp_shm_instant(ring, rp_shmring_now(ring),
-				     "ringprof-cupti: stood aside, another CUPTI subscriber");
-	st.host_ring = p;
+	st.host_ring = ring_named(HOST_RING);
+	if (st.host_ring)
+		rp_producer_set_thread_name(st.host_ring, "ringprof-cupti (stood aside)");
+	note("ringprof-cupti: stood aside, another CUPTI subscriber");
 	return true;
 }
 
@@ -333,25 +349,27 @@ static int load_cupti(void)
 	return 0;
 }
 
-/* Starts recording; 0, or a negative errno after saying why on stderr. */
-EXPORT int rp_cupti_start(void)
+static bool nvtx_wanted(void)
 {
-	if (st.started)
-		return 0;
-	int rc = load_cupti();
-	if (rc < 0)
-		return rc;
-	/* Explicit starts come before CUDA is up; the driver library tells. */
-	if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) &&
-	    !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
-		say("no CUDA driver (libcuda.so.1: %s); GPU activity is not recorded", dlerror());
-		return -ENODEV;
+	const char *v = getenv("RINGPROF_NVTX");
+	return v && strcmp(v, "1") == 0;
+}
+
+static void disable_kinds(void)
+{
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		(void)api.cuptiActivityDisable(kinds[i]);
+	if (nvtx_wanted()) {
+		(void)api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MARKER);
+		(void)api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MARKER_DATA);
 	}
-	st.pid = (uint32_t)getpid();
-	st.cvd = getenv("CUDA_VISIBLE_DEVICES");
-	read_driver_gpus();
-	if (other_subscriber())
-		return -EBUSY;
+}
+
+/* Registers our clock and buffers with CUPTI and enables our kinds: at
+ * start, and at each resume (the other profiler registered its own
+ * meanwhile, and disabled the kinds when it stopped).  ctl held. */
+static int arm(void)
+{
 	CUptiResult r = api.cuptiActivityRegisterTimestampCallback(host_clock);
 	if (r == CUPTI_SUCCESS)
 		r = api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
@@ -376,16 +394,84 @@ EXPORT int rp_cupti_start(void)
 		}
 	}
 	/* NVTX ranges reach CUPTI only where NVTX_INJECTION64_PATH names
-	 * libcupti; whether that is safe on this CUPTI is what
-	 * RINGPROF_NVTX=1 lets the GPU check find out (docs/gpu.md). */
-	if (getenv("RINGPROF_NVTX") && strcmp(getenv("RINGPROF_NVTX"), "1") == 0 &&
+	 * libcupti; opt-in (docs/gpu.md). */
+	if (nvtx_wanted() &&
 	    (api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER) != CUPTI_SUCCESS ||
 	     api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MARKER_DATA) != CUPTI_SUCCESS))
 		say("CUPTI cannot record NVTX ranges on this version; they are not recorded");
 	(void)api.cuptiActivityFlushPeriod(FLUSH_PERIOD_MS);
+	st.armed = true;
+	return 0;
+}
+
+static int start_locked(void)
+{
+	int rc = load_cupti();
+	if (rc < 0)
+		return rc;
+	/* Explicit starts come before CUDA is up; the driver library tells. */
+	if (!dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) &&
+	    !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+		say("no CUDA driver (libcuda.so.1: %s); GPU activity is not recorded", dlerror());
+		return -ENODEV;
+	}
+	st.pid = (uint32_t)getpid();
+	st.cvd = getenv("CUDA_VISIBLE_DEVICES");
+	read_driver_gpus();
+	if (other_subscriber())
+		return -EBUSY;
+	if (!st.paused && (rc = arm()) < 0)
+		return rc;
 	(void)atexit(flush_at_exit);
 	st.started = true;
 	return 0;
+}
+
+/* Starts recording (or, after rp_cupti_pause(), gets ready to at
+ * rp_cupti_resume()); 0, or a negative errno after saying why on stderr. */
+EXPORT int rp_cupti_start(void)
+{
+	(void)pthread_mutex_lock(&ctl);
+	int rc = st.started ? 0 : start_locked();
+	(void)pthread_mutex_unlock(&ctl);
+	return rc;
+}
+
+/* CUPTI takes one client's callbacks at a time: whoever registers last
+ * gets every buffer, ours too, and drops what it did not allocate.  Another
+ * profiler about to use CUPTI (torch.profiler: ringprof.cupti shares it so)
+ * calls this first: our buffers come back to us, our kinds are disabled,
+ * and nothing of ours runs until rp_cupti_resume().  Before CUDA starts it
+ * only keeps us from arming then.  Always 0. */
+EXPORT int rp_cupti_pause(void)
+{
+	(void)pthread_mutex_lock(&ctl);
+	if (!st.paused) {
+		st.paused = true;
+		if (st.armed) {
+			(void)api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+			disable_kinds();
+			st.armed = false;
+			note("ringprof-cupti: paused, another profiler has CUPTI");
+		}
+	}
+	(void)pthread_mutex_unlock(&ctl);
+	return 0;
+}
+
+/* After the other profiler stopped: ours again.  0, or a negative errno
+ * after saying why on stderr (then GPU activity stays unrecorded). */
+EXPORT int rp_cupti_resume(void)
+{
+	int rc = 0;
+	(void)pthread_mutex_lock(&ctl);
+	if (st.paused) {
+		st.paused = false;
+		if (st.started && (rc = arm()) == 0)
+			note("ringprof-cupti: resumed");
+	}
+	(void)pthread_mutex_unlock(&ctl);
+	return rc;
 }
 
 /* The driver's entry point for CUDA_INJECTION64_PATH.  Nonzero: loaded;

@@ -8,10 +8,10 @@ prints it.  Checks, each a line in "problems" when it fails:
     durations within 10%;
   - the step-time slowdown of ringprof (figures; target 1%) and of
     torch.profiler, each against the runs with no profiler;
-  - coexist: ringprof records kernels before torch.profiler runs, and
-    whether it still does after it (a figure: the answer is the finding);
-  - torch-first: with torch.profiler holding CUPTI first, torch.profiler
-    still sees its kernels (whether ringprof stood aside is a figure);
+  - torch.profiler in the same process, in the middle of a run and started
+    before CUDA is: without sharing, what happens is a figure; with
+    ringprof.cupti sharing, torch.profiler sees its kernels and ringprof
+    records before and after it;
   - nvtx: the run with NVTX through CUPTI exits 0 and its kernels are
     recorded (its ranges are a figure);
   - xla: the JAX program's device ops reached the session.
@@ -43,7 +43,8 @@ def run(tag):
 
 
 runs = {t: run(t) for t in ("plain0", "plain0b", "plain1", "ringprof1", "plain2", "ringprof2",
-                            "plain3", "ringprof3", "torch", "coexist", "nvtx", "torchfirst")}
+                            "plain3", "ringprof3", "torch", "coexist", "coexist_shared", "nvtx",
+                            "torchfirst", "torchfirst_shared")}
 fig["cupti_copies"] = {t: r.get("cupti_at_exit") for t, r in runs.items() if r}
 try:
     session = json.loads((work / "session.json").read_text())
@@ -106,7 +107,7 @@ if rp and tp:
 
 # Slowdowns: medians of each run's step times.
 step = {t: r["step_ms"] for t, r in runs.items()
-        if r and t not in ("coexist", "nvtx", "torchfirst")}
+        if r and not t.startswith(("coexist", "nvtx", "torchfirst"))}
 fig["step_ms"] = step
 
 
@@ -129,30 +130,33 @@ if none and "torch" in step:
     slow["torch.profiler_vs_no_daemon"] = 100 * (step["torch"] / none - 1)
 fig["slowdown_pct"] = slow
 
-# Coexistence with torch.profiler in the same process.
-co = runs["coexist"]
-if co:
-    ph = co["phases"]
-    seen = {p: count(kernels_of(co["pid"], *ph[p])) for p in ph}
-    fig["coexist"] = {"ringprof_kernels_by_phase": seen,
-                      "torch.profiler_kernels": count(co["kernels"]),
-                      "steps_per_phase": co["steps"],
-                      "stderr": (work / "coexist.stderr").read_text(errors="replace")[-600:]}
-    if not seen["before"]:
-        problems.append("coexist: ringprof recorded no kernels before torch.profiler started")
-    if not co["kernels"]:
-        problems.append("coexist: torch.profiler saw no kernels with ringprof loaded")
-
-# torch.profiler holding CUPTI first: ringprof stands aside and says so.
-tf = runs["torchfirst"]
-if tf:
-    err = (work / "torchfirst.stderr").read_text(errors="replace")
-    fig["torch_first"] = {"ringprof_kernels": count(kernels_of(tf["pid"])),
-                          "torch.profiler_kernels": count(tf["kernels"]),
-                          "stood_aside_said": "another CUPTI subscriber" in err,
-                          "stderr": err[-600:]}
-    if not tf["kernels"]:
-        problems.append("torch-first: torch.profiler saw no kernels with ringprof loaded")
+# torch.profiler in the same process: in the middle of a run (coexist) and
+# started before CUDA is (torchfirst), each without and with ringprof.cupti
+# sharing CUPTI.  Unshared, the findings are figures; shared, both tools
+# must see their kernels and the run must end well.
+for tag in ("coexist", "coexist_shared", "torchfirst", "torchfirst_shared"):
+    r = runs[tag]
+    if not r:
+        fig[tag] = {"failed": True}
+        continue
+    err = (work / f"{tag}.stderr").read_text(errors="replace")
+    f = fig[tag] = {"shared": r.get("shared"),
+                    "torch.profiler_kernels": count(r["kernels"]),
+                    "ringprof_kernels": count(kernels_of(r["pid"])),
+                    "stood_aside_said": "another CUPTI subscriber" in err,
+                    "stderr": err[-600:]}
+    if "phases" in r:
+        f["ringprof_kernels_by_phase"] = {p: count(kernels_of(r["pid"], *b))
+                                          for p, b in r["phases"].items()}
+    if tag.endswith("_shared"):
+        if not r.get("shared"):
+            problems.append(f"{tag}: ringprof.cupti found no injection library to share")
+        if not r["kernels"]:
+            problems.append(f"{tag}: torch.profiler saw no kernels though ringprof shared")
+        phases = f.get("ringprof_kernels_by_phase")
+        if phases and not (phases["before"] and phases["after"]):
+            problems.append(f"{tag}: ringprof did not record before and after "
+                            f"torch.profiler: {phases}")
 
 # NVTX through CUPTI.
 nv = runs["nvtx"]

@@ -69,8 +69,10 @@ workload plain3 plain
 workload ringprof3 plain "${INJECT[@]}"
 workload torch torch
 workload coexist coexist "${INJECT[@]}"
+workload coexist_shared coexist "${INJECT[@]}" RINGPROF_SHARE=1
 workload nvtx nvtx "${INJECT[@]}" RINGPROF_NVTX=1 NVTX_INJECTION64_PATH="$CUPTI"
 workload torchfirst torch-first "${INJECT[@]}"
+workload torchfirst_shared torch-first "${INJECT[@]}" RINGPROF_SHARE=1
 say "JAX on the GPU, pulled by the daemon"
 timeout 90 "$PY" "$ROOT/tests/gpu/xla_gpu.py" 8 >"$WORK/xla.json" 2>"$WORK/xla.stderr"
 echo $? >"$WORK/xla.rc"
@@ -84,6 +86,9 @@ for f in json:session.json perfetto:session.pftrace xplane:session.xplane.pb; do
 		say "FAIL: export ${f%%:*}"
 done
 "${CLI[@]}" summary "$SESSION" >"$WORK/summary.txt" 2>&1
+# Where the daemon's own CPU goes (PM sampling at 1 ms among it).
+"${CLI[@]}" export "$SESSION" --format folded --pid "$DAEMON" -o "$WORK/daemon.folded" ||
+	say "FAIL: export folded"
 head -60 "$WORK/summary.txt"
 stop_daemon
 unset RINGPROF_SOCKET

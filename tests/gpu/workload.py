@@ -30,6 +30,17 @@ def cupti_copies():
 
 mode, steps = sys.argv[1], int(sys.argv[2])
 at_import = cupti_copies()
+shared = None
+if os.environ.get("RINGPROF_SHARE") == "1":
+    # ringprof.cupti from the source tree (the package's native part is not
+    # built for this Python): torch.profiler and ringprof take turns.
+    import importlib.util
+    import pathlib
+    src = pathlib.Path(__file__).resolve().parents[2] / "python" / "ringprof" / "cupti.py"
+    spec = importlib.util.spec_from_file_location("ringprof_cupti", src)
+    share = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(share)
+    shared = share.share_with_torch_profiler()
 if mode == "torch-first":
     from torch.profiler import ProfilerActivity, profile
     early = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
@@ -93,7 +104,8 @@ def bounds(fn, *args):
     return r, [t0, time.time_ns()]
 
 
-out = {"mode": mode, "pid": os.getpid(), "steps": steps, "cupti_at_import": at_import}
+out = {"mode": mode, "pid": os.getpid(), "steps": steps, "cupti_at_import": at_import,
+       "shared": shared}
 if mode == "torch":
     times, out["kernels"] = profiled(steps)
 elif mode == "coexist":

@@ -8,6 +8,7 @@ aside, visibly."""
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_exports_only_its_entry_points():
     out = subprocess.run(["nm", "-D", "--defined-only", SO], capture_output=True,
                          text=True, check=True).stdout
     text = sorted(l.split()[-1] for l in out.splitlines() if " T " in l)
-    assert text == ["InitializeInjection", "rp_cupti_start"]
+    assert text == ["InitializeInjection", "rp_cupti_pause", "rp_cupti_resume", "rp_cupti_start"]
 
 
 @pytest.mark.skipif(not os.path.exists(CUPTI), reason="no libcupti.so.13 here")
@@ -144,3 +145,68 @@ def test_another_subscriber_makes_it_stand_aside(tmp_path):
     # Its ring's thread says so too, in every export's thread list.
     assert any(e["kind"] == "thread_name" and e["name"] == "ringprof-cupti (stood aside)"
                for e in evs), evs
+
+
+# A stand-in torch with just what ringprof.cupti wraps: the autograd
+# profiler's _prepare_trace (Kineto takes CUPTI there) and __exit__.
+FAKE_TORCH = {
+    "torch/__init__.py": "from . import autograd, profiler\n",
+    "torch/profiler.py": "class ProfilerActivity:\n    CPU, CUDA = 0, 1\n",
+    "torch/autograd/__init__.py": "from . import profiler\n",
+    "torch/autograd/profiler.py": (
+        "import ctypes, os\n"
+        "class profile:\n"
+        "    def __init__(self, cuda=True):\n"
+        "        self.kineto_activities = {0, 1} if cuda else {0}\n"
+        "    def _prepare_trace(self):\n"
+        "        print('kineto takes cupti', flush=True)\n"
+        "    def __exit__(self, *exc):\n"
+        "        print('kineto done', flush=True)\n"),
+}
+SHARE_SCRIPT = """
+import ctypes, importlib.util, os, sys
+lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+print("InitializeInjection=%d" % lib.InitializeInjection(), flush=True)
+spec = importlib.util.spec_from_file_location("ringprof_cupti", sys.argv[1])
+share = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(share)
+print("shared", share.share_with_torch_profiler(), flush=True)
+from torch.autograd import profiler
+p = profiler.profile()
+p._prepare_trace()
+p.__exit__(None, None, None)
+cpu_only = profiler.profile(cuda=False)
+cpu_only._prepare_trace()
+cpu_only.__exit__(None, None, None)
+"""
+
+
+def test_takes_turns_with_torch_profiler(tmp_path):
+    """ringprof.cupti pauses the collector (its buffers flushed back to it,
+    its kinds off) before a torch.profiler session with CUDA activity takes
+    CUPTI and resumes it after; a CPU-only session leaves it alone."""
+    fake = tmp_path / "fake"
+    for name, text in FAKE_TORCH.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "python", "ringprof", "cupti.py")
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        env = dict(d.env(), LD_LIBRARY_PATH=STUB, RINGPROF_CUPTI_LIB=FAKE_CUPTI,
+                   CUDA_INJECTION64_PATH=SO, PYTHONPATH=str(fake))
+        env.pop("LD_PRELOAD", None)  # a Python not linked with the ASan runtime
+        r = subprocess.run([sys.executable, "-c", SHARE_SCRIPT, src], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split("\n")[:3] == ["InitializeInjection=1", "shared True",
+                                             "kineto takes cupti"], r.stdout
+        evs, _ = snapshot(d, "shared")
+    finally:
+        d.stop()
+    marks = [e["name"] for e in evs if e["kind"] == "instant"]
+    assert marks == ["ringprof-cupti: paused, another profiler has CUPTI",
+                     "ringprof-cupti: resumed"], marks
+    # The stand-in delivers one batch per flush: at the pause (our buffers
+    # back to us) and at exit (armed again after the resume).
+    kernels = [e for e in evs if e["kind"] == "gpu_activity" and e["name"].startswith("_Z")]
+    assert len(kernels) == 2, evs
