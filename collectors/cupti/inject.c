@@ -258,12 +258,15 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 		atomic_fetch_and(&st.busy, ~(1u << ((size_t)(buffer - st.pool) / BUF_SIZE)));
 }
 
-/* Only while armed: after another profiler registered its callbacks, a
- * flush at exit would hand buffers to its code, torn down by then. */
+/* Only while armed, and through our callbacks, registered again first: a
+ * profiler that took CUPTI without pausing us (Kineto, unshared) left its
+ * own registered, and at exit its code may be torn down already (on the
+ * H100 such a process crashed at exit). */
 static void flush_at_exit(void)
 {
 	(void)pthread_mutex_lock(&ctl);
-	if (st.armed)
+	if (st.armed &&
+	    api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS)
 		(void)api.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 	(void)pthread_mutex_unlock(&ctl);
 }
