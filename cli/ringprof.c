@@ -573,21 +573,24 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	       (long long)jint(r, "pid"), up);
 	printf("rings in %s, sessions in %s\n\n", jtext(r, "state_dir"), jtext(r, "logdir"));
 
-	struct table t = { .align = "lrrrrrl", .ncols = 7 };
-	table_row(&t, "DEVICE", "FILL", "HORIZON", "EVENTS", "DROPPED", "PRODUCERS", "USED");
+	struct table t = { .align = "lrrrrrrl", .ncols = 8 };
+	table_row(&t, "DEVICE", "FILL", "HORIZON", "EVENTS", "DROPPED", "PRODUCERS", "PROCESSES",
+		  "USED");
 	size_t i;
 	const json_t *ring;
 	json_array_foreach(json_object_get(r, "rings"), i, ring) {
-		char fill[16], hor[32], ev[24], dr[24], pr[16], used[32], budget[32], both[72];
+		char fill[16], hor[32], ev[24], dr[24], pr[16], seen[16], used[32], budget[32],
+			both[72];
 		snprintf(fill, sizeof(fill), "%.1f%%", json_number_value(json_object_get(ring, "fill")) * 100);
 		fmt_seconds(json_number_value(json_object_get(ring, "horizon_s")), hor, sizeof(hor));
 		snprintf(ev, sizeof(ev), "%lld", (long long)jint(ring, "events"));
 		snprintf(dr, sizeof(dr), "%lld", (long long)jint(ring, "dropped"));
 		snprintf(pr, sizeof(pr), "%lld", (long long)jint(ring, "producers"));
+		snprintf(seen, sizeof(seen), "%lld", (long long)jint(ring, "processes_seen"));
 		rp_format_size((uint64_t)jint(ring, "bytes_used"), used, sizeof(used));
 		rp_format_size((uint64_t)jint(ring, "budget_bytes"), budget, sizeof(budget));
 		snprintf(both, sizeof(both), "%s of %s", used, budget);
-		table_row(&t, jstr(ring, "device"), fill, hor, ev, dr, pr, both);
+		table_row(&t, jstr(ring, "device"), fill, hor, ev, dr, pr, seen, both);
 	}
 	if (t.nrows > 1)
 		table_print(&t);

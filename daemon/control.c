@@ -1049,7 +1049,7 @@ static json_t *ring_json(const struct rp_ring_info *i)
 		json_array_append_new(corrupt, json_pack("{s:I, s:I, s:I}",
 			"pid", (json_int_t)i->corrupt[k].pid, "tid", (json_int_t)i->corrupt[k].tid,
 			"corrupt_records", (json_int_t)i->corrupt[k].corrupt));
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:b, s:I, s:o}",
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:o}",
 			 "device", i->device, "path", i->path,
 			 "budget_bytes", (json_int_t)i->budget_bytes,
 			 "slot_size", (json_int_t)f->slot_size, "slots", (json_int_t)f->slot_count,
@@ -1059,7 +1059,8 @@ static json_t *ring_json(const struct rp_ring_info *i)
 			 "horizon_s", ring_horizon_s(f), "max_age_s", (double)f->max_age_ns / 1e9,
 			 "first_ns", (json_int_t)f->first_ts, "last_ns", (json_int_t)f->last_ts,
 			 "dropped", (json_int_t)i->drain.producer_drops,
-			 "producers", (json_int_t)i->drain.producers, "direct_io", f->direct_io,
+			 "producers", (json_int_t)i->drain.producers,
+			 "processes_seen", (json_int_t)i->drain.processes_seen, "direct_io", f->direct_io,
 			 "corrupt_records", (json_int_t)i->drain.corrupt_records,
 			 "corrupt_producers", corrupt);
 }

@@ -78,6 +78,8 @@ struct rp_drain {
 
 	struct producer *producers;
 	size_t nproducers, cap;
+	uint32_t *pids_seen;      /* for status: which processes wrote here */
+	size_t npids_seen;
 
 	struct rp_tsc_calib calib;
 	bool have_calib;
@@ -654,6 +656,19 @@ static int take_record(void *ctx, const struct rp_shmring *r, const struct rp_re
 	return add_event(d, &ev, d->poll_err);
 }
 
+/* Attaches are rare (a thread's first event): a linear look is enough. */
+static void note_pid(struct rp_drain *d, uint32_t pid)
+{
+	for (size_t i = 0; i < d->npids_seen; i++)
+		if (d->pids_seen[i] == pid)
+			return;
+	if (d->npids_seen == RP_DRAIN_PIDS_SEEN_MAX)
+		return;
+	if (!d->pids_seen && !(d->pids_seen = malloc(RP_DRAIN_PIDS_SEEN_MAX * sizeof(uint32_t))))
+		return; /* status shows 0 rather than failing an attach */
+	d->pids_seen[d->npids_seen++] = pid;
+}
+
 int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring)
 {
 	if (rp_shmring_clock(ring) == RP_SHM_CLOCK_TSC && !d->have_calib)
@@ -668,6 +683,7 @@ int rp_drain_attach(struct rp_drain *d, struct rp_shmring *ring)
 	}
 	d->producers[d->nproducers++] = (struct producer){ .ring = ring };
 	rp_shmring_hold(ring);
+	note_pid(d, rp_shmring_pid(ring));
 	return 0;
 }
 
@@ -808,6 +824,7 @@ void rp_drain_stats(const struct rp_drain *d, struct rp_drain_stats *st)
 {
 	*st = d->st;
 	st->producers = (unsigned)d->nproducers;
+	st->processes_seen = (unsigned)d->npids_seen;
 }
 
 size_t rp_drain_producers(const struct rp_drain *d, size_t from,
@@ -838,6 +855,7 @@ void rp_drain_free(struct rp_drain *d)
 	for (size_t i = 0; i < d->nproducers; i++)
 		rp_shmring_close(d->producers[i].ring);
 	free(d->producers);
+	free(d->pids_seen);
 	rp_chunk_builder_free(d->builder);
 	free(d->chunk_buf);
 	free(d->names.e);

@@ -37,7 +37,10 @@ struct rp_drain_stats {
 				     layout, a timestamp far from now, a drop
 				     count past 2^32 */
 	unsigned producers;       /* producer rings attached now */
+	unsigned processes_seen;  /* distinct producer pids since start (saturates
+				     at RP_DRAIN_PIDS_SEEN_MAX) */
 };
+#define RP_DRAIN_PIDS_SEEN_MAX 4096
 
 struct rp_drain;
 

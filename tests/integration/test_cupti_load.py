@@ -112,6 +112,10 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
         r = stand_in(d, CUDA_VISIBLE_DEVICES="3", FAKE_CUPTI_DROPPED="5")
         assert_ran(r)
         assert said(r.stderr) == []
+        # Status tells the GPU's ring was written by one process.
+        gpu3 = next(g for g in d.ok("GET", "/v1/status")["rings"] if g["device"] == "gpu3")
+        assert gpu3["processes_seen"] == 1, gpu3
+        assert "PROCESSES" in d.cli("status", check=True).stdout
         evs, path = snapshot(d, "cupti")
         d.cli("export", path, "--format", "json", "-o", str(tmp_path / "s.json"), check=True)
     finally:
