@@ -79,11 +79,26 @@ static int setup_neuron(void)
 	return rc;
 }
 
+/* The GPU collector (docs/gpu.md), which the CUDA driver loads at cuInit,
+ * whenever it is installed and the command has no injection library of its
+ * own.  RINGPROF_CUPTI_INJECTION names another build of it. */
+static int setup_cuda(void)
+{
+	const char *lib = getenv("RINGPROF_CUPTI_INJECTION");
+	lib = lib && *lib ? lib : RINGPROF_CUPTI_INJECTION_PATH;
+	const char *own = getenv("CUDA_INJECTION64_PATH");
+	if ((own && *own) || access(lib, R_OK) < 0)
+		return 0;
+	return setenv("CUDA_INJECTION64_PATH", lib, 1) < 0 ? -errno : 0;
+}
+
 static const struct collector_setup collectors[] = {
 	{ "python-perf", "Python frames in CPU samples (PYTHONPERFSUPPORT=1, Python 3.12+)",
 	  setup_python_perf },
 	{ "neuron", "Neuron runtime calls (LD_PRELOAD of libringprof-neuron.so, when installed)",
 	  setup_neuron },
+	{ "cuda", "GPU activity (CUDA_INJECTION64_PATH=libringprof-cupti.so, when installed)",
+	  setup_cuda },
 };
 #define NCOLLECTORS (sizeof(collectors) / sizeof(collectors[0]))
 

@@ -214,3 +214,29 @@ def test_takes_turns_with_torch_profiler(tmp_path):
     # back to us) and at exit (armed again after the resume).
     kernels = [e for e in evs if e["kind"] == "gpu_activity" and e["name"].startswith("_Z")]
     assert len(kernels) == 2, evs
+
+
+def test_ringprof_run_sets_the_injection(tmp_path):
+    """`ringprof run` points CUDA at the collector (RINGPROF_CUPTI_INJECTION:
+    this build's), and its session holds the command's GPU activity;
+    --no-cuda leaves the command's environment alone."""
+    d = Daemon(tmp_path, config=CONFIG).start()
+    cli = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
+    # The loader plays the driver: it loads what CUDA_INJECTION64_PATH names.
+    cmd = ["sh", "-c", 'exec "$0" "${CUDA_INJECTION64_PATH:-none}"', LOADER]
+    try:
+        env = dict(d.env(), RINGPROF_CUPTI_INJECTION=SO, LD_LIBRARY_PATH=STUB,
+                   RINGPROF_CUPTI_LIB=FAKE_CUPTI)
+        env.pop("CUDA_INJECTION64_PATH", None)
+        r = subprocess.run([cli, "--socket", d.socket, "run", "--name", "gpu_run", "--", *cmd],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert_ran(r)
+        off = subprocess.run([cli, "--socket", d.socket, "run", "--no-cuda", "--", *cmd],
+                             env=env, capture_output=True, text=True, timeout=60)
+        assert off.returncode == 3 and "dlopen" in off.stderr, off.stderr
+        out = tmp_path / "run.json"
+        d.cli("export", "gpu_run", "--format", "json", "-o", str(out), check=True)
+    finally:
+        d.stop()
+    kernels = [e for e in json.load(open(out))["trace_events"] if e["type"] == "gpu_kernel"]
+    assert [e["name"] for e in kernels] == ["matmul(float const*, float const*, float*, int)"]
