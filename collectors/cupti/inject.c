@@ -202,6 +202,47 @@ static void write_event(struct rp_event *ev)
 		(void)rp_producer_check(p); /* full: is the daemon still there? */
 }
 
+/* Kernel names come mangled, and templated ones (most of PyTorch's) run
+ * past RP_NAME_MAX: cut there, they no longer demangle.  So they are
+ * demangled here, before the ring cuts them, with the C++ runtime the
+ * workload has loaded (none: left mangled, the exporters try).  A small
+ * cache keyed by the name's hash: kernels repeat.  Completion thread only. */
+typedef char *(*cxa_demangle_fn)(const char *, char *, size_t *, int *);
+#define NAME_CACHE 256
+static struct cached_name {
+	char *mangled, *readable;
+} name_cache[NAME_CACHE];
+
+static const char *readable_kernel_name(const char *name)
+{
+	static cxa_demangle_fn demangle;
+	static bool looked;
+	if (!looked) {
+		demangle = (cxa_demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+		looked = true;
+	}
+	if (!demangle || strncmp(name, "_Z", 2) != 0)
+		return name;
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (const char *c = name; *c; c++)
+		h = (h ^ (uint8_t)*c) * 16777619u;
+	struct cached_name *e = &name_cache[h % NAME_CACHE];
+	if (e->mangled && strcmp(e->mangled, name) == 0)
+		return e->readable;
+	int status = 0;
+	char *readable = demangle(name, NULL, NULL, &status);
+	char *mangled = readable ? strdup(name) : NULL;
+	if (!mangled) {
+		free(readable);
+		return name;
+	}
+	free(e->mangled);
+	free(e->readable);
+	e->mangled = mangled;
+	e->readable = readable;
+	return readable;
+}
+
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
 	*max_records = 0;
@@ -240,6 +281,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 		}
 		struct rp_event ev;
 		int rc = rp_cupti_translate(rec, st.pid, api_name, namebuf, &ev);
+		if (rc > 0 && ev.kind == RP_EV_GPU_ACTIVITY && ev.u.gpu.kind == RP_GPU_KERNEL)
+			ev.name = readable_kernel_name(ev.name);
 		if (rc > 0)
 			write_event(&ev);
 		else if (rc < 0)

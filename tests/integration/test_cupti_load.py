@@ -142,6 +142,24 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
     assert sum(e["count"] for e in drops) == 6, drops
 
 
+def test_kernel_names_demangled_with_the_workloads_runtime(tmp_path):
+    """In a workload with the C++ runtime loaded (PyTorch's is), kernel
+    names are demangled before the ring cuts long ones at 255 bytes."""
+    libstdcxx = subprocess.run(["g++", "-print-file-name=libstdc++.so.6"], capture_output=True,
+                               text=True).stdout.strip()
+    if not os.path.isabs(libstdcxx):
+        pytest.fail("no libstdc++.so.6 found through g++")
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        preload = " ".join(filter(None, [d.env().get("LD_PRELOAD"), libstdcxx]))
+        assert_ran(stand_in(d, LD_PRELOAD=preload))
+        evs, _ = snapshot(d, "demangled")
+    finally:
+        d.stop()
+    kernels = [e["name"] for e in evs if e["kind"] == "gpu_activity" and "matmul" in e["name"]]
+    assert kernels == ["matmul(float const*, float const*, float*, int)"], kernels
+
+
 def test_another_subscriber_makes_it_stand_aside(tmp_path):
     evs = declined(tmp_path, "another CUPTI subscriber", FAKE_CUPTI_SUBSCRIBED="1")
     marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
