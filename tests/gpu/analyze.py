@@ -100,6 +100,21 @@ if rp and tp:
                             f"torch over {steps}")
         if abs(ous / m - us / n) > 0.1 * us / n:
             problems.append(f"{name}: mean {ous / m:.2f} us vs torch {us / n:.2f} us")
+    # API call -> kernel: the runtime call whose correlation id the kernel
+    # carries, on a host thread of the same process.
+    mine = [e for e in events if e["process_id"] == rp["pid"]]
+    calls = {e["args"].get("correlation") for e in mine if e["type"] == "api_call"}
+    calls.discard(None)
+    calls.discard(0)
+    gpu = [e for e in mine if e["type"] in ("gpu_kernel", "gpu_memcpy")]
+    linked = sum(1 for e in gpu if e["args"].get("correlation") in calls)
+    fig["api_to_gpu"] = {"gpu_events": len(gpu), "with_their_api_call": linked,
+                         "api_calls_with_correlation": len(calls)}
+    if gpu and linked < 0.9 * len(gpu):
+        problems.append(f"only {linked} of {len(gpu)} kernels and copies link to their API call")
+    # What the kernel events carry (launch configuration where recorded).
+    one = next((e for e in mine if e["type"] == "gpu_kernel"), None)
+    fig["kernel_args_sample"] = one["args"] if one else None
     copies = kernels_of(rp["pid"], kind="gpu_memcpy")
     fig["memcpy"] = copies
     if count(copies) < steps:
@@ -164,6 +179,8 @@ if nv:
     ranges = [e for e in events if e["type"] == "range" and e["process_id"] == nv["pid"]]
     fig["nvtx"] = {"kernels": count(kernels_of(nv["pid"])), "ranges": len(ranges),
                    "range_names": sorted({e["name"] for e in ranges})[:8],
+                   "markers_other_than_ranges": sorted({e["type"] for e in events
+                                                        if e["process_id"] == nv["pid"]}),
                    "stderr": (work / "nvtx.stderr").read_text(errors="replace")[-600:]}
     if not fig["nvtx"]["kernels"]:
         problems.append("nvtx: no kernels recorded with NVTX through CUPTI")
