@@ -108,8 +108,9 @@ def test_light_rate_ring_covers_the_whole_minute(tmp_path):
         # the sampler, so compare the line with itself, not with ring).
         out = d.cli("status", check=True).stdout
         cols = next(l for l in out.splitlines() if l.startswith("host")).split()
-        used_kib, budget_mib = float(cols[6]), float(cols[9])
-        assert cols[7] == "KiB" and cols[10] == "MiB", out
+        of = cols.index("of")  # USED is "N KiB of M MiB", the last column
+        used_kib, budget_mib = float(cols[of - 2]), float(cols[of + 1])
+        assert cols[of - 1] == "KiB" and cols[of + 2] == "MiB", out
         assert abs(float(cols[1].rstrip("%")) - 100 * used_kib / 1024 / budget_mib) < 0.2, out
         # Asked for more than it has recorded: the hint says so, it does
         # not send the user to the budget.
