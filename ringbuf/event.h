@@ -95,7 +95,7 @@ struct rp_event {
 		} counter;
 		struct {
 			uint64_t end;       /* host clock ns; ts is the start */
-			uint64_t correlation;
+			uint64_t correlation; /* the API call that launched it; 0: none */
 			uint64_t bytes;     /* memcpy/memset size, 0 for kernels */
 			uint32_t device;
 			uint32_t stream;
@@ -104,6 +104,7 @@ struct rp_event {
 		struct {
 			uint64_t duration;  /* ns */
 			uint32_t device;    /* device or core index */
+			uint32_t correlation; /* the GPU work it launched (u.gpu.correlation); 0: none */
 		} api;
 		struct {
 			uint64_t count;

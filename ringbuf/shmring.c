@@ -567,7 +567,8 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 	}
 	case RP_EV_API_CALL: {
 		struct rp_rec_api a = { .duration = ev->u.api.duration,
-					.device = ev->u.api.device };
+					.device = ev->u.api.device,
+					.correlation = ev->u.api.correlation };
 		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &a, sizeof(a), NULL, 0,
 			   ev->name, nlen);
 	}
@@ -801,6 +802,7 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		memcpy(&a, payload, sizeof(a));
 		ev->u.api.duration = a.duration;
 		ev->u.api.device = a.device;
+		ev->u.api.correlation = a.correlation;
 		break;
 	}
 	case RP_EV_DROPS:

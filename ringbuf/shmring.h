@@ -51,7 +51,8 @@ struct rp_rec_gpu {
 	uint32_t pid;
 	uint8_t kind, pad[3];
 };
-struct rp_rec_api { uint64_t duration; uint32_t device, pad; };
+/* correlation: CUPTI's id (u32), 0 from producers that predate it. */
+struct rp_rec_api { uint64_t duration; uint32_t device, correlation; };
 /* Followed by hlo_op and hlo_module, each with its NUL (op_len and
  * module_len count it; 0: absent), then the name. */
 struct rp_rec_op {

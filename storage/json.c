@@ -18,7 +18,8 @@
  *
  * Times are wall clock ns (host clock + wall_offset_ns), integers.
  * Trace event types: range (written at its end: timestamp is its begin,
- * args depth and truncated), instant, api_call (args device_index),
+ * args depth and truncated), instant, api_call (args device_index,
+ * correlation: that of the GPU work it launched, 0 for none),
  * gpu_kernel, gpu_memcpy, gpu_memset (args correlation, stream,
  * device_index, and bytes for copies and sets; an unknown kind of GPU
  * activity is gpu_activity; C++ kernel names demangled).  group is the thread's
@@ -422,6 +423,8 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 		rc = thread_group(o, ev);
 		PUT(o, ",\"args\":{\"device_index\":");
 		put_u64(o, ev->u.api.device);
+		PUT(o, ",\"correlation\":");
+		put_u64(o, ev->u.api.correlation);
 		PUT(o, "}}");
 		break;
 	case RP_EV_GPU_ACTIVITY:

@@ -119,13 +119,14 @@ static int gpu_event(struct rp_event *ev, uint8_t kind, const char *name, uint64
 }
 
 static int api_event(struct rp_event *ev, const char *name, uint64_t start, uint64_t end,
-		     uint32_t pid, uint32_t tid)
+		     uint32_t pid, uint32_t tid, uint32_t corr)
 {
 	if (!span_ok(start, end))
 		return -EINVAL;
 	*ev = (struct rp_event){ .kind = RP_EV_API_CALL, .ts = start, .pid = pid, .tid = tid,
 				 .name = name };
 	ev->u.api.duration = end - start;
+	ev->u.api.correlation = corr;
 	return 1;
 }
 
@@ -167,7 +168,7 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 			name = namebuf;
 		}
 		return api_event(ev, name, c->start, c->end, c->processId ? c->processId : pid,
-				 c->threadId);
+				 c->threadId, c->correlationId);
 	}
 	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
 		/* A host wait; CUPTI does not say which thread, so it lands on
@@ -176,13 +177,13 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 		unsigned t = s->type;
 		const char *name = t < sizeof(sync_names) / sizeof(sync_names[0]) ? sync_names[t]
 										   : sync_names[0];
-		return api_event(ev, name, s->start, s->end, pid, 0);
+		return api_event(ev, name, s->start, s->end, pid, 0, 0);
 	}
 	case CUPTI_ACTIVITY_KIND_OVERHEAD: {
 		const CUpti_ActivityOverhead3 *o = rec;
 		uint32_t tid = o->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? o->objectId.pt.threadId
 									      : 0;
-		return api_event(ev, overhead_name(o->overheadKind), o->start, o->end, pid, tid);
+		return api_event(ev, overhead_name(o->overheadKind), o->start, o->end, pid, tid, 0);
 	}
 	default:
 		return 0;

@@ -187,6 +187,8 @@ def test_gpu_activity_and_api_calls(synth):
         call = got[("cudaLaunchKernel", wall(s + 1500 * US))]
         assert (call["type"], call["duration"], call["process_id"], call["thread_id"],
                 call["device"], call["group"]) == ("api_call", 20 * US, 4242, 4242, "gpu0", "main")
+        # The kernel it launched has its correlation id.
+        assert call["args"] == {"device_index": 0, "correlation": i + 1}
 
 
 def test_drops(synth):

@@ -112,6 +112,7 @@ static int next_event(struct script *s, struct rp_event *ev, uint64_t *ts, char 
 	case RP_EV_API_CALL:
 		ev->u.api.duration = byte(s) * 1000ull;
 		ev->u.api.device = byte(s) % 2;
+		ev->u.api.correlation = byte(s) % 4; /* flows to the GPU work's, or dangling */
 		break;
 	case RP_EV_DROPS:
 		ev->u.drops.count = byte(s);

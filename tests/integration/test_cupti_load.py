@@ -132,6 +132,10 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
     assert [(e["name"], e["device"], e["args"]["correlation"], e["args"]["stream"], e["duration"])
             for e in kernels] == [("matmul(float const*, float const*, float*, int)", "gpu3",
                                    11, 7, 20000)], kernels
+    # The launch keeps the kernel's correlation id: exporters draw the flow.
+    calls = [e for e in exported if e["type"] == "api_call"]
+    assert {e["name"]: e["args"]["correlation"] for e in calls} == {
+        "cudaLaunchKernel_v7000": 11, "sync: stream synchronize": 0}, calls
     # CUPTI's 5 dropped records and the incomplete kernel are counted.
     drops = [e for e in evs if e["kind"] == "drops"]
     assert sum(e["count"] for e in drops) == 6, drops

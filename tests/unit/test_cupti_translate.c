@@ -117,6 +117,8 @@ static void runtime_calls(void **state)
 	assert_int_equal(ev.u.api.duration, 300);
 	assert_int_equal(ev.pid, 10);
 	assert_int_equal(ev.tid, 11); /* the calling thread */
+	/* The kernel's correlationId too: exporters draw the launch flow. */
+	assert_int_equal(ev.u.api.correlation, 42);
 	/* A call the name table does not know keeps its id. */
 	a.cbid = CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020;
 	assert_int_equal(rp_cupti_translate(&a, 1, names, namebuf, &ev), 1);
@@ -147,6 +149,8 @@ static void sync_and_overhead(void **state)
 	assert_int_equal(ev.u.api.duration, 2000);
 	assert_int_equal(ev.pid, 5);
 	assert_int_equal(ev.tid, 0);
+	/* A wait's id is its API call's, which launched no GPU work: no flow. */
+	assert_int_equal(ev.u.api.correlation, 0);
 
 	CUpti_ActivityOverhead3 o = { .kind = CUPTI_ACTIVITY_KIND_OVERHEAD,
 				      .overheadKind = CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH,
@@ -158,6 +162,7 @@ static void sync_and_overhead(void **state)
 	assert_string_equal(ev.name, "cupti overhead: buffer flush");
 	assert_int_equal(ev.tid, 6);
 	assert_int_equal(ev.u.api.duration, 50);
+	assert_int_equal(ev.u.api.correlation, 0);
 	o.overheadKind = CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER;
 	assert_int_equal(rp_cupti_translate(&o, 5, names, namebuf, &ev), 1);
 	assert_string_equal(ev.name, "cupti overhead: driver compiler");

@@ -140,7 +140,7 @@ static void test_roundtrip_all_kinds(void **state)
 		{ .kind = RP_EV_GPU_ACTIVITY, .ts = 11, .name = names[1],
 		  .u.gpu = { .end = 12, .kind = RP_GPU_KERNEL } },
 		{ .kind = RP_EV_API_CALL, .ts = 30, .tid = 88, .name = names[3],
-		  .u.api = { .duration = 555, .device = 2 } },
+		  .u.api = { .duration = 555, .device = 2, .correlation = 0xfedcba98u } },
 		{ .kind = RP_EV_CPU_SAMPLE, .ts = 40, .pid = 31, .tid = 32,
 		  .u.sample = { .cpu = 5, .nframes = 1, .nkernel = 0, .frames = frames } },
 		{ .kind = RP_EV_CPU_SAMPLE, .ts = 41, .tid = 33,
@@ -222,6 +222,8 @@ static void test_roundtrip_all_kinds(void **state)
 	assert_memory_equal(e->name, names[3], RP_NAME_MAX);
 	assert_int_equal(e->u.api.duration, 555);
 	assert_int_equal(e->u.api.device, 2);
+	/* In what was the record's reserved pad: old producers' 0 reads as none. */
+	assert_int_equal(e->u.api.correlation, 0xfedcba98u);
 
 	e = &s.v[k++].ev;
 	assert_int_equal(e->kind, RP_EV_CPU_SAMPLE);
