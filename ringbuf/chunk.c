@@ -7,6 +7,7 @@
 #include <lz4.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ enum {
 	 (1u << RP_EV_MAPPING) | (1u << RP_EV_PROCESS_CMDLINE) | (1u << RP_EV_DEVICE_INFO) | \
 	 (1u << RP_EV_PY_CODE) | (1u << RP_EV_DEVICE_OP))
 /* Kinds with extension fields (TAG_EXT). */
-#define EXT_KINDS (1u << RP_EV_API_CALL)
+#define EXT_KINDS ((1u << RP_EV_API_CALL) | (1u << RP_EV_GPU_ACTIVITY))
 /* Kinds this build knows. */
 #define KNOWN_KINDS ((1u << (RP_EV_KIND_MAX + 1)) - 2)
 
@@ -455,8 +456,19 @@ static inline uint64_t sat_add(uint64_t a, uint64_t b)
 /* Whether ev needs its kind's extension fields. */
 static bool has_ext(const struct rp_event *ev)
 {
-	return ev->kind == RP_EV_API_CALL && ev->u.api.correlation;
+	return (ev->kind == RP_EV_API_CALL && ev->u.api.correlation) ||
+	       (ev->kind == RP_EV_GPU_ACTIVITY && ev->u.gpu.launch.block[0]);
 }
+
+/* A kernel's launch configuration, in the order the chunk holds it. */
+static const size_t launch_fields[] = {
+	offsetof(struct rp_gpu_launch, grid[0]),  offsetof(struct rp_gpu_launch, grid[1]),
+	offsetof(struct rp_gpu_launch, grid[2]),  offsetof(struct rp_gpu_launch, block[0]),
+	offsetof(struct rp_gpu_launch, block[1]), offsetof(struct rp_gpu_launch, block[2]),
+	offsetof(struct rp_gpu_launch, registers), offsetof(struct rp_gpu_launch, static_shared),
+	offsetof(struct rp_gpu_launch, dynamic_shared),
+};
+#define LAUNCH_FIELDS (sizeof(launch_fields) / sizeof(launch_fields[0]))
 
 static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool force)
 {
@@ -521,6 +533,11 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 		p = put_u(p, ev->u.gpu.correlation);
 		p = put_u(p, ev->u.gpu.bytes);
 		p = put_u(p, zz(ev->u.gpu.end - ev->ts));
+		for (size_t i = 0; ext && i < LAUNCH_FIELDS; i++) {
+			uint32_t f;
+			memcpy(&f, (const char *)&ev->u.gpu.launch + launch_fields[i], sizeof(f));
+			p = put_u(p, f);
+		}
 		break;
 	case RP_EV_API_CALL:
 		p = put_u(p, ev->u.api.duration);
@@ -926,6 +943,12 @@ static int get_event(struct rp_chunk_reader *r, unsigned kind, bool ext, struct 
 		    (rc = get_field(r, err, "end delta", UINT64_MAX, &d)) < 0)
 			return rc;
 		ev->u.gpu.end = ev->ts + unzz(d);
+		for (size_t i = 0; ext && i < LAUNCH_FIELDS; i++) {
+			if ((rc = get_field(r, err, "launch configuration", UINT32_MAX, &v)) < 0)
+				return rc;
+			uint32_t f = (uint32_t)v;
+			memcpy((char *)&ev->u.gpu.launch + launch_fields[i], &f, sizeof(f));
+		}
 		break;
 	case RP_EV_API_CALL:
 		if ((rc = get_field(r, err, "duration", UINT64_MAX, &ev->u.api.duration)) < 0 ||

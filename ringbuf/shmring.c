@@ -73,7 +73,8 @@ _Static_assert(sizeof(struct shm_hdr) <= HDR_SIZE &&
 	       offsetof(struct shm_hdr, consumer) == RP_SHM_OFF_CONSUMER,
 	       "header layout as documented in shmring.h");
 _Static_assert(sizeof(struct rp_rec) == 16, "record header is 16 bytes");
-_Static_assert(sizeof(struct rp_rec_gpu) == 40 && sizeof(struct rp_rec_api) == 16 &&
+_Static_assert(sizeof(struct rp_rec_gpu) == 40 && sizeof(struct rp_rec_launch) == 40 &&
+	       sizeof(struct rp_rec_api) == 16 &&
 	       sizeof(struct rp_rec_sample) == 16 && sizeof(struct rp_rec_op) == 48,
 	       "payloads are multiples of 8");
 _Static_assert(sizeof(struct rp_rec) + sizeof(struct rp_rec_op) + 3 * (RP_NAME_MAX + 1) <= REC_MAX,
@@ -562,8 +563,18 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 			.pid = ev->pid,
 			.kind = ev->u.gpu.kind,
 		};
-		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), NULL, 0,
-			   ev->name, nlen);
+		const struct rp_gpu_launch *l = &ev->u.gpu.launch;
+		struct rp_rec_launch lr = {
+			.grid = { l->grid[0], l->grid[1], l->grid[2] },
+			.block = { l->block[0], l->block[1], l->block[2] },
+			.registers = l->registers,
+			.static_shared = l->static_shared,
+			.dynamic_shared = l->dynamic_shared,
+		};
+		if (l->block[0])
+			g.flags = RP_REC_GPU_LAUNCH;
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), &lr,
+			   l->block[0] ? sizeof(lr) : 0, ev->name, nlen);
 	}
 	case RP_EV_API_CALL: {
 		struct rp_rec_api a = { .duration = ev->u.api.duration,
@@ -620,6 +631,16 @@ static bool rec_valid(const struct rp_rec *rec)
 		if (s.nframes > RP_STACK_MAX || s.nkernel > s.nframes)
 			return false;
 		payload += s.nframes * sizeof(uint64_t);
+	}
+	if (rec->kind == RP_EV_GPU_ACTIVITY) {
+		struct rp_rec_gpu g;
+		if (rec->size < sizeof(*rec) + sizeof(g))
+			return false;
+		memcpy(&g, rec + 1, sizeof(g));
+		if (g.flags & ~RP_REC_GPU_LAUNCH)
+			return false;
+		if (g.flags & RP_REC_GPU_LAUNCH)
+			payload += sizeof(struct rp_rec_launch);
 	}
 	if (rec->kind == RP_EV_DEVICE_OP) {
 		/* Each string present ends in its NUL, within RP_NAME_MAX. */
@@ -761,6 +782,8 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		ev->u.op.hlo_module = o.module_len ? text + o.op_len : NULL;
 		name_at += (size_t)o.op_len + o.module_len;
 	}
+	if (rec->kind == RP_EV_GPU_ACTIVITY && payload[offsetof(struct rp_rec_gpu, flags)])
+		name_at += sizeof(struct rp_rec_launch);
 	if (kinds[rec->kind].named) {
 		memcpy(namebuf, payload + name_at, rec->name_len);
 		namebuf[rec->name_len] = 0;
@@ -795,6 +818,16 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		ev->u.gpu.device = g.device;
 		ev->u.gpu.stream = g.stream;
 		ev->u.gpu.kind = g.kind;
+		if (g.flags & RP_REC_GPU_LAUNCH) {
+			struct rp_rec_launch l;
+			memcpy(&l, payload + sizeof(g), sizeof(l));
+			struct rp_gpu_launch *d = &ev->u.gpu.launch;
+			memcpy(d->grid, l.grid, sizeof(d->grid));
+			memcpy(d->block, l.block, sizeof(d->block));
+			d->registers = l.registers;
+			d->static_shared = l.static_shared;
+			d->dynamic_shared = l.dynamic_shared;
+		}
 		break;
 	}
 	case RP_EV_API_CALL: {

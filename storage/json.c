@@ -21,8 +21,10 @@
  * args depth and truncated), instant, api_call (args device_index,
  * correlation: that of the GPU work it launched, 0 for none),
  * gpu_kernel, gpu_memcpy, gpu_memset (args correlation, stream,
- * device_index, and bytes for copies and sets; an unknown kind of GPU
- * activity is gpu_activity; C++ kernel names demangled).  group is the thread's
+ * device_index, bytes for copies and sets, and for kernels whose launch
+ * configuration is known grid [x,y,z], block [x,y,z],
+ * registers_per_thread, static_shared_memory, dynamic_shared_memory;
+ * an unknown kind of GPU activity is gpu_activity; C++ kernel names demangled).  group is the thread's
  * name ("thread TID" without one), or "stream N" for GPU activity.
  * frames are leaf first, named as the summary names them (C++ names
  * demangled); mangled, only in samples with a demangled frame, is
@@ -317,6 +319,29 @@ static void element(struct jout *o)
 	o->first = false;
 }
 
+/* ,"grid":[x,y,z],"block":[x,y,z],"registers_per_thread":..., and the
+ * shared memory bytes per block. */
+static void put_launch(struct jout *o, const struct rp_gpu_launch *l)
+{
+	const uint32_t *dims[2] = { l->grid, l->block };
+	static const char *const names[2] = { ",\"grid\":[", ",\"block\":[" };
+	for (size_t d = 0; d < 2; d++) {
+		put(o, names[d], strlen(names[d]));
+		for (size_t i = 0; i < 3; i++) {
+			if (i)
+				PUT(o, ",");
+			put_u64(o, dims[d][i]);
+		}
+		PUT(o, "]");
+	}
+	PUT(o, ",\"registers_per_thread\":");
+	put_u64(o, l->registers);
+	PUT(o, ",\"static_shared_memory\":");
+	put_u64(o, l->static_shared);
+	PUT(o, ",\"dynamic_shared_memory\":");
+	put_u64(o, l->dynamic_shared);
+}
+
 static const char *gpu_type(uint8_t kind)
 {
 	switch (kind) {
@@ -444,6 +469,8 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 			PUT(o, ",\"bytes\":");
 			put_u64(o, ev->u.gpu.bytes);
 		}
+		if (ev->u.gpu.launch.block[0])
+			put_launch(o, &ev->u.gpu.launch);
 		PUT(o, "}}");
 		break;
 	case RP_EV_DEVICE_OP:

@@ -112,12 +112,15 @@ static const char *const category_names[NCATS] = {
 
 enum annotation { AN_CORRELATION, AN_BYTES, AN_STREAM, AN_DEVICE, AN_COUNT, AN_TRUNCATED,
 		  AN_HLO_OP, AN_HLO_MODULE, AN_PROGRAM_ID, AN_FLOPS, AN_BYTES_ACCESSED, AN_LINE,
-		  NANNOTS };
+		  AN_GRID, AN_BLOCK, AN_REGISTERS, AN_STATIC_SHARED, AN_DYNAMIC_SHARED, NANNOTS };
 static const char *const annotation_names[NANNOTS] = {
 	"correlation", "bytes", "stream", "device", "count", "truncated",
 	"hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed", "line",
+	"grid", "block", "registers_per_thread", "static_shared_memory", "dynamic_shared_memory",
 };
-#define ANNOTS_MAX 7
+/* GPU work's: device, stream, correlation, bytes and a launch
+ * configuration (5), which only kernels have but a producer may claim. */
+#define ANNOTS_MAX 9
 
 /* A string interned on the sequence (or, for counter names, only used
  * as a key): iid from 1, in the order first seen. */
@@ -797,6 +800,17 @@ static int gpu_activity(struct pf *w, size_t ring, const struct rp_event *ev)
 		args[n++] = (struct arg){ AN_CORRELATION, ev->u.gpu.correlation, false, NULL };
 	if (cat != CAT_KERNEL)
 		args[n++] = (struct arg){ AN_BYTES, ev->u.gpu.bytes, false, NULL };
+	const struct rp_gpu_launch *l = &ev->u.gpu.launch;
+	char grid[40], block[40];
+	if (l->block[0]) {
+		snprintf(grid, sizeof(grid), "%u,%u,%u", l->grid[0], l->grid[1], l->grid[2]);
+		snprintf(block, sizeof(block), "%u,%u,%u", l->block[0], l->block[1], l->block[2]);
+		args[n++] = (struct arg){ AN_GRID, 0, false, grid };
+		args[n++] = (struct arg){ AN_BLOCK, 0, false, block };
+		args[n++] = (struct arg){ AN_REGISTERS, l->registers, false, NULL };
+		args[n++] = (struct arg){ AN_STATIC_SHARED, l->static_shared, false, NULL };
+		args[n++] = (struct arg){ AN_DYNAMIC_SHARED, l->dynamic_shared, false, NULL };
+	}
 	if ((rc = flow_event(w, ev->ts, SLICE_BEGIN, uuid,
 			     rp_symbolizer_demangle(w->sym, name_of(ev)), cat, args, n, 0, 0,
 			     launch_flow(ev->pid, ev->u.gpu.correlation))) < 0)

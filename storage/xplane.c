@@ -60,7 +60,7 @@
 #define HELD_MAX (16u << 20)
 #define IO_BLOCK (64u << 10)
 #define FANIN 32
-/* An encoded event with its framing: ids, two times and four stats fit. */
+/* An encoded event with its framing: ids, two times and six stats fit. */
 #define EVENT_MAX 128
 /* The sampler's default rate (the daemon's), for sessions that lack one. */
 #define DEFAULT_SAMPLE_HZ 99.0
@@ -87,7 +87,8 @@ enum stat_id {
 	ST_FLOPS,
 	ST_BYTES_ACCESSED,
 	ST_FLOW,
-	NSTATS = ST_FLOW,
+	ST_KERNEL_DETAILS,
+	NSTATS = ST_KERNEL_DETAILS,
 };
 
 static const char *const stat_names[NSTATS + 1] = {
@@ -110,6 +111,9 @@ static const char *const stat_names[NSTATS + 1] = {
 	[ST_BYTES_ACCESSED] = "bytes_accessed",
 	/* TSL's XFlow, which XProf's trace viewer draws as an arrow. */
 	[ST_FLOW] = "flow",
+	/* XLA's GPU tracer's launch configuration, which XProf's kernel
+	 * stats parse. */
+	[ST_KERNEL_DETAILS] = "kernel_details",
 };
 
 /* XFlow's encoding (tsl/profiler/utils/xplane_schema.h): direction in
@@ -730,8 +734,20 @@ static int on_gpu(struct xw *w, size_t p, const struct rp_event *ev)
 		return nomem(w);
 	if (ev->u.gpu.kind < 32)
 		l->gpu_kinds |= 1u << ev->u.gpu.kind;
-	Tensorflow__Profiler__XStat s[5], *sp[5];
+	Tensorflow__Profiler__XStat s[6], *sp[6];
 	size_t n = 0;
+	const struct rp_gpu_launch *g = &ev->u.gpu.launch;
+	if (g->block[0]) {
+		/* XLA's format (xla/backends/profiler/gpu KernelDetails), less
+		 * occ_pct, which CUPTI's record does not give. */
+		char d[160];
+		snprintf(d, sizeof(d),
+			 "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
+			 g->registers, g->static_shared, g->dynamic_shared, g->grid[0], g->grid[1],
+			 g->grid[2], g->block[0], g->block[1], g->block[2]);
+		if (!ref_stat(w, ST_KERNEL_DETAILS, d, &s[n++]))
+			return nomem(w);
+	}
 	if (ev->u.gpu.correlation) {
 		s[n++] = u64_stat(ST_CORRELATION, ev->u.gpu.correlation);
 		s[n++] = launch_flow(ev->pid, ev->u.gpu.correlation, FLOW_IN);

@@ -101,6 +101,13 @@ static bool span_ok(uint64_t start, uint64_t end)
 	return start != 0 && end >= start;
 }
 
+/* A launch dimension or size CUPTI gives as int32 (never negative for a
+ * kernel that ran). */
+static uint32_t dim(int32_t v)
+{
+	return v > 0 ? (uint32_t)v : 0;
+}
+
 static int gpu_event(struct rp_event *ev, uint8_t kind, const char *name, uint64_t start,
 		     uint64_t end, uint32_t corr, uint64_t bytes, uint32_t device,
 		     uint32_t stream, uint32_t pid)
@@ -139,8 +146,17 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
 		/* Mangled, as CPU frames are: the exporters demangle. */
 		const CUpti_ActivityKernel10 *k = rec;
-		return gpu_event(ev, RP_GPU_KERNEL, k->name ? k->name : "kernel", k->start, k->end,
-				 k->correlationId, 0, k->deviceId, k->streamId, pid);
+		int rc = gpu_event(ev, RP_GPU_KERNEL, k->name ? k->name : "kernel", k->start,
+				   k->end, k->correlationId, 0, k->deviceId, k->streamId, pid);
+		if (rc > 0)
+			ev->u.gpu.launch = (struct rp_gpu_launch){
+				.grid = { dim(k->gridX), dim(k->gridY), dim(k->gridZ) },
+				.block = { dim(k->blockX), dim(k->blockY), dim(k->blockZ) },
+				.registers = k->registersPerThread,
+				.static_shared = dim(k->staticSharedMemory),
+				.dynamic_shared = dim(k->dynamicSharedMemory),
+			};
+		return rc;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {
 		const CUpti_ActivityMemcpy6 *m = rec;

@@ -146,7 +146,7 @@ class Replay:
 
     def args(self, event):
         return {self.interned["debug_annotation_names"][a.name_iid].name:
-                a.bool_value if a.HasField("bool_value") else a.uint_value
+                getattr(a, a.WhichOneof("value"))
                 for a in event.debug_annotations}
 
     def track_name(self, uuid):
@@ -312,7 +312,11 @@ def test_slices(replay, grouping):
         assert nth("backward", i) == (main, 4 * MS, 8 * MS, "step", {}, {})
         assert nth("load_batch", i) == (loader, MS // 2, 3 * MS, None, {}, {})
         assert nth("gemm_kernel", i) == ("Stream 7", 2 * MS, 3500 * US, None,
-                                         {"device": 0, "stream": 7, "correlation": i + 1}, {})
+                                         {"device": 0, "stream": 7, "correlation": i + 1,
+                                          "grid": "128,2,1", "block": "256,1,1",
+                                          "registers_per_thread": 64,
+                                          "static_shared_memory": 4096,
+                                          "dynamic_shared_memory": 16384}, {})
         assert nth("memcpy_htod", i) == ("Stream 7", 1200 * US, 1600 * US, None,
                                          {"device": 0, "stream": 7, "bytes": 1 << 20}, {})
         assert nth("cudaLaunchKernel", i) == ("main runtime API", 1500 * US, 1520 * US, None,

@@ -196,6 +196,9 @@ def test_trace_viewer_gpu(synth, legacy):
     assert [(e["ts"], e["dur"], e["args"]["correlation_id"], e["args"]["stream_id"])
             for e in kernels] == [(us(step_start(i) + 2 * MS), us(3 * MS // 2), str(i + 1), "7")
                                   for i in range(n)]
+    # The launch configuration as XLA's GPU tracer writes it.
+    assert {e["args"]["kernel_details"] for e in kernels} == {
+        "regs:64 static_shared:4096 dynamic_shared:16384 grid:128,2,1 block:256,1,1"}
     copies = on(legacy, gpu, stream, "memcpy_htod")
     assert [(e["ts"], e["dur"], e["args"]["bytes"]) for e in copies] == [
         (us(step_start(i) + 6 * MS // 5), us(2 * MS // 5), "1048576") for i in range(n)]

@@ -132,6 +132,11 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
     assert [(e["name"], e["device"], e["args"]["correlation"], e["args"]["stream"], e["duration"])
             for e in kernels] == [("matmul(float const*, float const*, float*, int)", "gpu3",
                                    11, 7, 20000)], kernels
+    # The launch configuration travels with it, through ring and chunk.
+    assert {k: kernels[0]["args"][k] for k in ("grid", "block", "registers_per_thread",
+                                               "static_shared_memory", "dynamic_shared_memory")} \
+        == {"grid": [64, 2, 1], "block": [128, 1, 1], "registers_per_thread": 40,
+            "static_shared_memory": 1024, "dynamic_shared_memory": 8192}
     # The launch keeps the kernel's correlation id: exporters draw the flow.
     calls = [e for e in exported if e["type"] == "api_call"]
     assert {e["name"]: e["args"]["correlation"] for e in calls} == {

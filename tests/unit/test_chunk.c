@@ -70,6 +70,8 @@ static void assert_event_equal(const struct rp_event *want, const struct rp_even
 		assert_int_equal(want->u.gpu.device, got->u.gpu.device);
 		assert_int_equal(want->u.gpu.stream, got->u.gpu.stream);
 		assert_int_equal(want->u.gpu.kind, got->u.gpu.kind);
+		assert_memory_equal(&want->u.gpu.launch, &got->u.gpu.launch,
+				    sizeof(want->u.gpu.launch));
 		break;
 	case RP_EV_API_CALL:
 		assert_true(want->u.api.duration == got->u.api.duration);
@@ -169,7 +171,10 @@ static size_t all_kinds(struct rp_event *e)
 	e[n++] = (struct rp_event){
 		.kind = RP_EV_GPU_ACTIVITY, .ts = 3000, .pid = 1, .tid = 0, .name = "gemm_kernel",
 		.u.gpu = {.end = 3500, .correlation = UINT64_MAX, .bytes = 0,
-			  .device = UINT32_MAX, .stream = 7, .kind = RP_GPU_KERNEL}};
+			  .device = UINT32_MAX, .stream = 7, .kind = RP_GPU_KERNEL,
+			  .launch = {.grid = {UINT32_MAX, 2, 3}, .block = {256, 1, UINT32_MAX},
+				     .registers = 255, .static_shared = 0,
+				     .dynamic_shared = 49152}}};
 	e[n++] = (struct rp_event){
 		.kind = RP_EV_GPU_ACTIVITY, .ts = big, .pid = 1, .tid = 3, .name = "memcpy HtoD",
 		.u.gpu = {.end = 1, .correlation = 0, .bytes = UINT64_MAX, .device = 0,
@@ -662,6 +667,8 @@ static void corrupt_payload(void **state)
 		{{0x42, 1, 2, 0x87, 20, 1, 0, 5, 0, 0x80, 0x80, 0x80, 0x80, 0x10}, 14, 1,
 		 "correlation 4294967296 exceeds"},
 		{{0x42, 1, 2, 0x82, 20, 1, 0}, 7, 1, "unknown record tag 0x82"},
+		{{0x42, 1, 2, 0x86, 20, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, 21, 1,
+		 "truncated or overlong varint for launch configuration"},
 		{{0xff}, 1, 1, "unknown record tag 0xff"},
 		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0, 21}, 11, 1, "build-id of 21 bytes exceeds 20"},
 		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0, 2, 0xaa}, 12, 1,

@@ -30,8 +30,10 @@ static void kernel(void **state)
 	(void)state;
 	CUpti_ActivityKernel10 k = { .kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 				     .start = 1000, .end = 5000, .deviceId = 1, .streamId = 7,
-				     .correlationId = 42, .gridX = 128, .blockX = 256,
-				     .registersPerThread = 32,
+				     .correlationId = 42, .gridX = 128, .gridY = 2, .gridZ = 3,
+				     .blockX = 256, .blockY = 4, .blockZ = 1,
+				     .registersPerThread = 32, .staticSharedMemory = 4096,
+				     .dynamicSharedMemory = 49152,
 				     .name = "_Z6matmulPfS_S_i" };
 	struct rp_event ev;
 	assert_int_equal(rp_cupti_translate(&k, 99, names, namebuf, &ev), 1);
@@ -44,6 +46,16 @@ static void kernel(void **state)
 	assert_int_equal(ev.u.gpu.stream, 7);
 	assert_int_equal(ev.u.gpu.bytes, 0);
 	assert_int_equal(ev.pid, 99);
+	const struct rp_gpu_launch *l = &ev.u.gpu.launch;
+	assert_int_equal(l->grid[0], 128);
+	assert_int_equal(l->grid[1], 2);
+	assert_int_equal(l->grid[2], 3);
+	assert_int_equal(l->block[0], 256);
+	assert_int_equal(l->block[1], 4);
+	assert_int_equal(l->block[2], 1);
+	assert_int_equal(l->registers, 32);
+	assert_int_equal(l->static_shared, 4096);
+	assert_int_equal(l->dynamic_shared, 49152);
 	/* Mangled: the exporters demangle, as for CPU frames. */
 	assert_string_equal(ev.name, "_Z6matmulPfS_S_i");
 	/* The serialising KERNEL kind has the same layout. */
@@ -76,6 +88,7 @@ static void memcpy_kinds(void **state)
 		assert_int_equal(ev.u.gpu.end, 20);
 		assert_int_equal(ev.u.gpu.stream, 3);
 		assert_int_equal(ev.u.gpu.correlation, 5);
+		assert_int_equal(ev.u.gpu.launch.block[0], 0); /* copies launch nothing */
 	}
 	CUpti_ActivityMemcpyPtoP4 p = { .kind = CUPTI_ACTIVITY_KIND_MEMCPY2, .bytes = 4096,
 					.start = 30, .end = 40, .deviceId = 2, .srcDeviceId = 2,

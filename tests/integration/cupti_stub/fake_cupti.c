@@ -136,8 +136,10 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
 	at = put(buf, at, &noisy, sizeof(noisy));
 	CUpti_ActivityKernel10 k = { .kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 				     .start = t + 5000, .end = t + 25000, .deviceId = 0,
-				     .streamId = 7, .correlationId = 11, .gridX = 64, .blockX = 128,
-				     .name = "_Z6matmulPKfS0_Pfi" };
+				     .streamId = 7, .correlationId = 11, .gridX = 64, .gridY = 2,
+				     .gridZ = 1, .blockX = 128, .blockY = 1, .blockZ = 1,
+				     .registersPerThread = 40, .staticSharedMemory = 1024,
+				     .dynamicSharedMemory = 8192, .name = "_Z6matmulPKfS0_Pfi" };
 	at = put(buf, at, &k, sizeof(k));
 	CUpti_ActivityKernel10 broken = k;
 	broken.start = 0;
