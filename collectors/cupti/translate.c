@@ -137,6 +137,30 @@ static int api_event(struct rp_event *ev, const char *name, uint64_t start, uint
 	return 1;
 }
 
+/* An NVTX marker (RINGPROF_NVTX=1): a range's start or end, or an
+ * instant, on the thread CUPTI names.  A range's end closes the innermost
+ * range open on its thread, as nvtxRangePush/Pop nest; other flags
+ * (synchronization markers) are not recorded. */
+static int marker_event(const CUpti_ActivityMarker2 *m, uint32_t pid, struct rp_event *ev)
+{
+	uint8_t kind = m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START	   ? RP_EV_RANGE_BEGIN
+		       : m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END	   ? RP_EV_RANGE_END
+		       : m->flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS ? RP_EV_INSTANT
+									     : 0;
+	if (!kind)
+		return 0;
+	if (!m->timestamp)
+		return -EINVAL;
+	bool thread = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD;
+	*ev = (struct rp_event){ .kind = kind, .ts = m->timestamp,
+				 .pid = thread && m->objectId.pt.processId ? m->objectId.pt.processId
+									   : pid,
+				 .tid = thread ? m->objectId.pt.threadId : 0 };
+	if (kind != RP_EV_RANGE_END)
+		ev->name = m->name && *m->name ? m->name : "nvtx";
+	return 1;
+}
+
 int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_name,
 		       char *namebuf, struct rp_event *ev)
 {
@@ -201,6 +225,8 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 									      : 0;
 		return api_event(ev, overhead_name(o->overheadKind), o->start, o->end, pid, tid, 0);
 	}
+	case CUPTI_ACTIVITY_KIND_MARKER:
+		return marker_event(rec, pid, ev);
 	default:
 		return 0;
 	}

@@ -146,6 +146,33 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
     assert sum(e["count"] for e in drops) == 6, drops
 
 
+def test_nvtx_ranges_are_opt_in(tmp_path):
+    """NVTX markers become ranges and instants on the marking thread with
+    RINGPROF_NVTX=1, and are not asked of CUPTI without it."""
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        plain = stand_in(d)
+        marked = stand_in(d, RINGPROF_NVTX="1")
+        for r in (plain, marked):
+            assert_ran(r)
+            assert said(r.stderr) == []
+        evs, _ = snapshot(d, "nvtx")
+    finally:
+        d.stop()
+    nvtx = [e for e in evs if e["kind"] in ("range_begin", "range_end", "instant")
+            and e.get("name") != "ringprof-cupti: stood aside, another CUPTI subscriber"]
+    pids = {e["pid"] for e in nvtx}
+    assert len(pids) == 1, nvtx
+    launch = next(e for e in evs if e["kind"] == "api_call" and e["pid"] in pids)
+    got = [(e["kind"], e.get("name"), e["tid"], e["ts"] - launch["ts"]) for e in nvtx]
+    assert sorted(got, key=lambda g: g[3]) == [
+        ("range_begin", "train_step", launch["tid"], -1000),
+        ("instant", "checkpoint", launch["tid"], 2000),
+        ("range_end", None, launch["tid"], 40000)], got
+    # The other run's pid has GPU activity but no markers.
+    assert len({e["pid"] for e in evs if e["kind"] == "gpu_activity"} - pids) == 1
+
+
 def test_another_subscriber_makes_it_stand_aside(tmp_path):
     evs = declined(tmp_path, "another CUPTI subscriber", FAKE_CUPTI_SUBSCRIBED="1")
     marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]

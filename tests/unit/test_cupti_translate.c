@@ -181,6 +181,57 @@ static void sync_and_overhead(void **state)
 	assert_string_equal(ev.name, "cupti overhead: driver compiler");
 }
 
+/* NVTX markers (RINGPROF_NVTX=1): a start and an end with the same id
+ * become a range on the marking thread, an instantaneous marker an
+ * instant; synchronization markers and the marker data records are not
+ * recorded, a marker without a time is refused. */
+static void nvtx_markers(void **state)
+{
+	(void)state;
+	CUpti_ActivityMarker2 start = { .kind = CUPTI_ACTIVITY_KIND_MARKER,
+					.flags = CUPTI_ACTIVITY_FLAG_MARKER_START,
+					.timestamp = 1000, .id = 3,
+					.objectKind = CUPTI_ACTIVITY_OBJECT_THREAD,
+					.name = "forward", .domain = NULL };
+	start.objectId.pt.processId = 10;
+	start.objectId.pt.threadId = 11;
+	struct rp_event ev;
+	assert_int_equal(rp_cupti_translate(&start, 1, names, namebuf, &ev), 1);
+	assert_int_equal(ev.kind, RP_EV_RANGE_BEGIN);
+	assert_int_equal(ev.ts, 1000);
+	assert_int_equal(ev.pid, 10);
+	assert_int_equal(ev.tid, 11);
+	assert_string_equal(ev.name, "forward");
+
+	CUpti_ActivityMarker2 end = start;
+	end.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
+	end.timestamp = 5000;
+	end.name = NULL; /* CUPTI names only starts */
+	assert_int_equal(rp_cupti_translate(&end, 1, names, namebuf, &ev), 1);
+	assert_int_equal(ev.kind, RP_EV_RANGE_END);
+	assert_int_equal(ev.ts, 5000);
+	assert_int_equal(ev.tid, 11);
+	assert_null(ev.name);
+
+	CUpti_ActivityMarker2 mark = start;
+	mark.flags = CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS;
+	mark.name = "";
+	mark.objectKind = CUPTI_ACTIVITY_OBJECT_PROCESS; /* no thread: the ring's */
+	assert_int_equal(rp_cupti_translate(&mark, 1, names, namebuf, &ev), 1);
+	assert_int_equal(ev.kind, RP_EV_INSTANT);
+	assert_int_equal(ev.pid, 1);
+	assert_int_equal(ev.tid, 0);
+	assert_string_equal(ev.name, "nvtx");
+
+	CUpti_ActivityMarker2 sync = start;
+	sync.flags = CUPTI_ACTIVITY_FLAG_MARKER_SYNC_ACQUIRE;
+	assert_int_equal(rp_cupti_translate(&sync, 1, names, namebuf, &ev), 0);
+	CUpti_ActivityMarkerData2 data = { .kind = CUPTI_ACTIVITY_KIND_MARKER_DATA, .id = 3 };
+	assert_int_equal(rp_cupti_translate(&data, 1, names, namebuf, &ev), 0);
+	start.timestamp = 0;
+	assert_int_equal(rp_cupti_translate(&start, 1, names, namebuf, &ev), -EINVAL);
+}
+
 /* Incomplete records (start 0, end before start) are refused, to be
  * counted as drops; kinds not recorded are skipped without error. */
 static void drop_path(void **state)
@@ -264,6 +315,7 @@ int main(void)
 		cmocka_unit_test(kernel),        cmocka_unit_test(memcpy_kinds),
 		cmocka_unit_test(memset_record), cmocka_unit_test(runtime_calls),
 		cmocka_unit_test(sync_and_overhead), cmocka_unit_test(drop_path),
+		cmocka_unit_test(nvtx_markers),
 		cmocka_unit_test(device_uuid),   cmocka_unit_test(physical_index),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
