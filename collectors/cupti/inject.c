@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hello.h"
 #include "producer.h"
 #include "translate.h"
 
@@ -281,7 +282,7 @@ static bool other_subscriber(void)
 	    "process: GPU activity is left to it");
 	struct rp_producer *p = ring_named(HOST_RING);
 	if (p)
-		rp_producer_set_thread_name(p, "ringprof-cupti (stood aside)");
+		rp_producer_set_thread_name(p, "ringprof-cupti" RP_HELLO_STOOD_ASIDE);
 	struct rp_shmring *ring = p ? rp_producer_connect(p) : NULL;
 	if (ring)
 		(void)rp_shm_instant(ring, rp_shmring_now(ring),

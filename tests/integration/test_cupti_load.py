@@ -8,6 +8,7 @@ aside, visibly."""
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -174,7 +175,47 @@ def test_nvtx_ranges_are_opt_in(tmp_path):
 
 
 def test_another_subscriber_makes_it_stand_aside(tmp_path):
-    evs = declined(tmp_path, "another CUPTI subscriber", FAKE_CUPTI_SUBSCRIBED="1")
+    """Error 39: the library stands aside, says so once on stderr, and while
+    the process runs `ringprof status` names it on its ring; the ring keeps
+    an instant and the thread's name saying so."""
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        env = dict(d.env(), LD_LIBRARY_PATH=STUB, RINGPROF_CUPTI_LIB=FAKE_CUPTI,
+                   FAKE_CUPTI_SUBSCRIBED="1", CUPTI_LOADER_HOLD="1")
+        env.pop("RINGPROF_QUIET", None)
+        p = subprocess.Popen([LOADER, SO], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while "workload done" not in p.stdout.readline():
+                assert p.poll() is None, p.stderr.read()
+            aside = []
+            for _ in range(300):  # attached within a drain pass or two
+                st = json.loads(d.cli("status", "--json", check=True).stdout)
+                aside = [(r["device"], a["pid"], a["thread"]) for r in st["rings"]
+                         for a in r["stood_aside"]]
+                if aside:
+                    break
+                time.sleep(0.05)
+            assert aside == [("host", p.pid, "ringprof-cupti (stood aside)")], st["rings"]
+            text = d.cli("status", check=True).stdout
+            assert (f"host: pid {p.pid}: ringprof-cupti (stood aside): another tool records it"
+                    in text), text
+        finally:
+            _, err = p.communicate("", timeout=60)
+        assert p.returncode == 0, err
+        lines = said(err)
+        assert len(lines) == 1 and "another CUPTI subscriber" in lines[0], err
+        # Gone with its process's rings (reaped once a second).
+        for _ in range(600):
+            st = json.loads(d.cli("status", "--json", check=True).stdout)
+            if not any(r["stood_aside"] for r in st["rings"]):
+                break
+            time.sleep(0.05)
+        assert not any(r["stood_aside"] for r in st["rings"]), st["rings"]
+        evs, _ = snapshot(d, "aside")
+    finally:
+        d.stop()
+    assert not [e for e in evs if e["kind"] in ("gpu_activity", "api_call")]
     marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
     assert len(marks) == 1 and marks[0]["device"] == "host", evs
     # Its ring's thread says so too, in every export's thread list.
