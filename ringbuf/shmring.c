@@ -73,7 +73,9 @@ _Static_assert(sizeof(struct shm_hdr) <= HDR_SIZE &&
 	       offsetof(struct shm_hdr, consumer) == RP_SHM_OFF_CONSUMER,
 	       "header layout as documented in shmring.h");
 _Static_assert(sizeof(struct rp_rec) == 16, "record header is 16 bytes");
-_Static_assert(sizeof(struct rp_rec_gpu) == 40 && sizeof(struct rp_rec_launch) == 40 &&
+_Static_assert(sizeof(struct rp_gpu_launch) == 36 && sizeof(struct rp_rec_launch) == 40,
+	       "the launch block is nine u32 and a pad");
+_Static_assert(sizeof(struct rp_rec_gpu) == 40 &&
 	       sizeof(struct rp_rec_api) == 16 &&
 	       sizeof(struct rp_rec_sample) == 16 && sizeof(struct rp_rec_op) == 48,
 	       "payloads are multiples of 8");
@@ -563,18 +565,11 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 			.pid = ev->pid,
 			.kind = ev->u.gpu.kind,
 		};
-		const struct rp_gpu_launch *l = &ev->u.gpu.launch;
-		struct rp_rec_launch lr = {
-			.grid = { l->grid[0], l->grid[1], l->grid[2] },
-			.block = { l->block[0], l->block[1], l->block[2] },
-			.registers = l->registers,
-			.static_shared = l->static_shared,
-			.dynamic_shared = l->dynamic_shared,
-		};
-		if (l->block[0])
+		struct rp_rec_launch l = { .launch = ev->u.gpu.launch };
+		if (l.launch.block[0])
 			g.flags = RP_REC_GPU_LAUNCH;
-		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), &lr,
-			   l->block[0] ? sizeof(lr) : 0, ev->name, nlen);
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), &l,
+			   g.flags ? sizeof(l) : 0, ev->name, nlen);
 	}
 	case RP_EV_API_CALL: {
 		struct rp_rec_api a = { .duration = ev->u.api.duration,
@@ -821,12 +816,7 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		if (g.flags & RP_REC_GPU_LAUNCH) {
 			struct rp_rec_launch l;
 			memcpy(&l, payload + sizeof(g), sizeof(l));
-			struct rp_gpu_launch *d = &ev->u.gpu.launch;
-			memcpy(d->grid, l.grid, sizeof(d->grid));
-			memcpy(d->block, l.block, sizeof(d->block));
-			d->registers = l.registers;
-			d->static_shared = l.static_shared;
-			d->dynamic_shared = l.dynamic_shared;
+			ev->u.gpu.launch = l.launch;
 		}
 		break;
 	}

@@ -55,8 +55,8 @@ struct rp_rec_gpu {
 };
 #define RP_REC_GPU_LAUNCH 0x01
 struct rp_rec_launch {
-	uint32_t grid[3], block[3];
-	uint32_t registers, static_shared, dynamic_shared, pad;
+	struct rp_gpu_launch launch; /* nine u32, as documented */
+	uint32_t pad;
 };
 /* correlation: CUPTI's id (u32), 0 from producers that predate it. */
 struct rp_rec_api { uint64_t duration; uint32_t device, correlation; };

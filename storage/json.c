@@ -24,8 +24,9 @@
  * device_index, bytes for copies and sets, and for kernels whose launch
  * configuration is known grid [x,y,z], block [x,y,z],
  * registers_per_thread, static_shared_memory, dynamic_shared_memory;
- * an unknown kind of GPU activity is gpu_activity; C++ kernel names demangled).  group is the thread's
- * name ("thread TID" without one), or "stream N" for GPU activity.
+ * an unknown kind of GPU activity is gpu_activity; C++ kernel names
+ * demangled).  group is the thread's name ("thread TID" without one), or
+ * "stream N" for GPU activity.
  * frames are leaf first, named as the summary names them (C++ names
  * demangled); mangled, only in samples with a demangled frame, is
  * parallel to frames: the symbol as the binary spells it, or null for a
