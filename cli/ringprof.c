@@ -597,6 +597,14 @@ static int cmd_status(const struct command *cmd, struct args *a)
 	else
 		printf("no rings yet: they appear when a producer connects\n");
 	table_free(&t);
+	/* Collectors in workloads that left the work to another tool. */
+	json_array_foreach(json_object_get(r, "rings"), i, ring) {
+		size_t k;
+		const json_t *a;
+		json_array_foreach(json_object_get(ring, "stood_aside"), k, a)
+			printf("%s: pid %lld: %s: another tool records it\n", jtext(ring, "device"),
+			       (long long)jint(a, "pid"), jtext(a, "thread"));
+	}
 
 	/* A collector that does not run says why, and the fix. */
 	const json_t *col;

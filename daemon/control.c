@@ -1049,7 +1049,12 @@ static json_t *ring_json(const struct rp_ring_info *i)
 		json_array_append_new(corrupt, json_pack("{s:I, s:I, s:I}",
 			"pid", (json_int_t)i->corrupt[k].pid, "tid", (json_int_t)i->corrupt[k].tid,
 			"corrupt_records", (json_int_t)i->corrupt[k].corrupt));
-	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:o}",
+	json_t *aside = json_array();
+	for (unsigned k = 0; k < i->naside; k++)
+		json_array_append_new(aside, json_pack("{s:I, s:I, s:s}",
+			"pid", (json_int_t)i->aside[k].pid, "tid", (json_int_t)i->aside[k].tid,
+			"thread", i->aside[k].thread));
+	return json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:I, s:I, s:b, s:I, s:o, s:o}",
 			 "device", i->device, "path", i->path,
 			 "budget_bytes", (json_int_t)i->budget_bytes,
 			 "slot_size", (json_int_t)f->slot_size, "slots", (json_int_t)f->slot_count,
@@ -1062,7 +1067,7 @@ static json_t *ring_json(const struct rp_ring_info *i)
 			 "producers", (json_int_t)i->drain.producers,
 			 "processes_seen", (json_int_t)i->drain.processes_seen, "direct_io", f->direct_io,
 			 "corrupt_records", (json_int_t)i->drain.corrupt_records,
-			 "corrupt_producers", corrupt);
+			 "corrupt_producers", corrupt, "stood_aside", aside);
 }
 
 static int op_status(void *ctx, json_t **out, struct rp_err *err)

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "collector.h"
+#include "hello.h"
 #include "parse.h"
 #include "safefs.h"
 #include "names.h"
@@ -57,6 +58,12 @@ struct device {
 	/* The daemon's own producer rings attached (ingest thread only): not
 	 * in the producers status shows, which are the workloads'. */
 	unsigned own_rings;
+	struct rp_rings *rings;
+	/* Attached producers that stood aside, and their rings (guarded by
+	 * stats_lock). */
+	struct rp_stood_aside aside[RP_RING_ASIDE_SHOWN];
+	const struct rp_shmring *aside_ring[RP_RING_ASIDE_SHOWN];
+	unsigned naside;
 };
 
 struct pending {
@@ -220,7 +227,35 @@ static void unaccount_ring(struct rp_rings *r, const struct rp_shmring *ring)
 
 static void ring_detached(void *ctx, const struct rp_shmring *ring)
 {
-	unaccount_ring(ctx, ring);
+	struct device *d = ctx;
+	unaccount_ring(d->rings, ring);
+	pthread_mutex_lock(&d->stats_lock);
+	for (unsigned i = 0; i < d->naside; i++)
+		if (d->aside_ring[i] == ring) {
+			d->naside--;
+			d->aside[i] = d->aside[d->naside];
+			d->aside_ring[i] = d->aside_ring[d->naside];
+			break;
+		}
+	pthread_mutex_unlock(&d->stats_lock);
+}
+
+/* A producer whose thread name says its collector stood aside: shown by
+ * status while its ring is attached. */
+static void note_stood_aside(struct device *d, const struct rp_shmring *ring, const char *thread)
+{
+	size_t n = strlen(thread), k = strlen(RP_HELLO_STOOD_ASIDE);
+	if (n < k || strcmp(thread + n - k, RP_HELLO_STOOD_ASIDE))
+		return;
+	pthread_mutex_lock(&d->stats_lock);
+	if (d->naside < RP_RING_ASIDE_SHOWN) {
+		struct rp_stood_aside *a = &d->aside[d->naside];
+		a->pid = rp_shmring_pid(ring);
+		a->tid = rp_shmring_tid(ring);
+		snprintf(a->thread, sizeof(a->thread), "%s", thread);
+		d->aside_ring[d->naside++] = ring;
+	}
+	pthread_mutex_unlock(&d->stats_lock);
 }
 
 /* The ring's device_info, repeated in every chunk: what any window of
@@ -271,7 +306,8 @@ static int open_device(struct rp_rings *r, const char *name, const char *uid,
 			"chunks were converted to version 2, which replaced it\n", name, d->path,
 			(unsigned long long)st.converted_chunks);
 	struct rp_drain_opts dopts = { .seal_interval_ns = r->cfg->seal_interval_ns,
-				       .on_detach = ring_detached, .detach_ctx = r };
+				       .on_detach = ring_detached, .detach_ctx = d };
+	d->rings = r;
 	rc = rp_drain_new(d->rf, &dopts, &d->drain, err);
 	/* Not published yet: the drain is still this thread's. */
 	if (rc == 0 && (rc = record_identity(d, err)) < 0)
@@ -390,6 +426,7 @@ static void attach_pending(struct rp_rings *r, struct pending *p)
 		rp_shmring_close(p->ring);
 	} else {
 		p->dev->own_rings += p->own;
+		note_stood_aside(p->dev, p->ring, p->thread_name);
 	}
 }
 
@@ -980,6 +1017,8 @@ int rp_rings_info(struct rp_rings *r, unsigned i, struct rp_ring_info *info)
 	info->drain = d->stats;
 	memcpy(info->corrupt, d->corrupt, d->ncorrupt * sizeof(d->corrupt[0]));
 	info->ncorrupt = d->ncorrupt;
+	memcpy(info->aside, d->aside, d->naside * sizeof(d->aside[0]));
+	info->naside = d->naside;
 	pthread_mutex_unlock(&d->stats_lock);
 	return 0;
 }

@@ -23,6 +23,14 @@
 
 /* Producers with corrupt records shown per device ring. */
 #define RP_RING_CORRUPT_SHOWN 8
+/* Producers attached to say their collector stood aside (hello.h
+ * RP_HELLO_STOOD_ASIDE) shown per device ring. */
+#define RP_RING_ASIDE_SHOWN 8
+
+struct rp_stood_aside {
+	uint32_t pid, tid;
+	char thread[64];  /* the thread name the producer gave */
+};
 
 struct rp_ring_info {
 	char device[RP_NAME_LEN];
@@ -34,6 +42,9 @@ struct rp_ring_info {
 	/* the first producers attached now that wrote corrupt records */
 	struct rp_drain_producer_stats corrupt[RP_RING_CORRUPT_SHOWN];
 	unsigned ncorrupt;
+	/* the first producers attached now whose collector stood aside */
+	struct rp_stood_aside aside[RP_RING_ASIDE_SHOWN];
+	unsigned naside;
 };
 
 /* Producer rings and what limited them (see [producers]). */

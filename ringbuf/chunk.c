@@ -7,6 +7,7 @@
 #include <lz4.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,10 @@ enum {
 	TAG_DEF_STRING = 0x40,
 	TAG_DEF_STACK = 0x41,
 	TAG_DEF_THREAD = 0x42,
+	/* kind | TAG_EXT: the kind's record, then its extension fields
+	 * (fields added later, written only when set, so that chunks without
+	 * them read as before). */
+	TAG_EXT = 0x80,
 };
 
 /* Kinds that carry a name id. */
@@ -24,6 +29,8 @@ enum {
 	 (1u << RP_EV_PROCESS_NAME) | (1u << RP_EV_THREAD_NAME) |                   \
 	 (1u << RP_EV_MAPPING) | (1u << RP_EV_PROCESS_CMDLINE) | (1u << RP_EV_DEVICE_INFO) | \
 	 (1u << RP_EV_PY_CODE) | (1u << RP_EV_DEVICE_OP))
+/* Kinds with extension fields (TAG_EXT). */
+#define EXT_KINDS ((1u << RP_EV_API_CALL) | (1u << RP_EV_GPU_ACTIVITY))
 /* Kinds this build knows. */
 #define KNOWN_KINDS ((1u << (RP_EV_KIND_MAX + 1)) - 2)
 
@@ -446,6 +453,23 @@ static inline uint64_t sat_add(uint64_t a, uint64_t b)
 	return a + b < a ? UINT64_MAX : a + b;
 }
 
+/* Whether ev needs its kind's extension fields. */
+static bool has_ext(const struct rp_event *ev)
+{
+	return (ev->kind == RP_EV_API_CALL && ev->u.api.correlation) ||
+	       (ev->kind == RP_EV_GPU_ACTIVITY && ev->u.gpu.launch.block[0]);
+}
+
+/* A kernel's launch configuration, in the order the chunk holds it. */
+static const size_t launch_fields[] = {
+	offsetof(struct rp_gpu_launch, grid[0]),  offsetof(struct rp_gpu_launch, grid[1]),
+	offsetof(struct rp_gpu_launch, grid[2]),  offsetof(struct rp_gpu_launch, block[0]),
+	offsetof(struct rp_gpu_launch, block[1]), offsetof(struct rp_gpu_launch, block[2]),
+	offsetof(struct rp_gpu_launch, registers), offsetof(struct rp_gpu_launch, static_shared),
+	offsetof(struct rp_gpu_launch, dynamic_shared),
+};
+#define LAUNCH_FIELDS (sizeof(launch_fields) / sizeof(launch_fields[0]))
+
 static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool force)
 {
 	unsigned kind = ev->kind;
@@ -488,7 +512,8 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 		stack = intern_stack(b, ev->u.sample.frames, ev->u.sample.nframes,
 				     ev->u.sample.nkernel, &p);
 
-	*p++ = (uint8_t)kind;
+	bool ext = has_ext(ev);
+	*p++ = (uint8_t)(kind | (ext ? TAG_EXT : 0));
 	p = put_u(p, zz(ev->ts - b->prev_ts));
 	p = put_u(p, thr);
 	if (NAMED_KINDS >> kind & 1)
@@ -508,10 +533,17 @@ static int add_event(struct rp_chunk_builder *b, const struct rp_event *ev, bool
 		p = put_u(p, ev->u.gpu.correlation);
 		p = put_u(p, ev->u.gpu.bytes);
 		p = put_u(p, zz(ev->u.gpu.end - ev->ts));
+		for (size_t i = 0; ext && i < LAUNCH_FIELDS; i++) {
+			uint32_t f;
+			memcpy(&f, (const char *)&ev->u.gpu.launch + launch_fields[i], sizeof(f));
+			p = put_u(p, f);
+		}
 		break;
 	case RP_EV_API_CALL:
 		p = put_u(p, ev->u.api.duration);
 		p = put_u(p, ev->u.api.device);
+		if (ext)
+			p = put_u(p, ev->u.api.correlation);
 		break;
 	case RP_EV_DROPS:
 		p = put_u(p, ev->u.drops.count);
@@ -861,7 +893,7 @@ static int get_mapping(struct rp_chunk_reader *r, struct rp_err *err, struct rp_
 }
 
 /* The fields after the tag of an event record. */
-static int get_event(struct rp_chunk_reader *r, unsigned kind, struct rp_event *ev,
+static int get_event(struct rp_chunk_reader *r, unsigned kind, bool ext, struct rp_event *ev,
 		     struct rp_err *err)
 {
 	uint64_t d, v;
@@ -911,12 +943,21 @@ static int get_event(struct rp_chunk_reader *r, unsigned kind, struct rp_event *
 		    (rc = get_field(r, err, "end delta", UINT64_MAX, &d)) < 0)
 			return rc;
 		ev->u.gpu.end = ev->ts + unzz(d);
+		for (size_t i = 0; ext && i < LAUNCH_FIELDS; i++) {
+			if ((rc = get_field(r, err, "launch configuration", UINT32_MAX, &v)) < 0)
+				return rc;
+			uint32_t f = (uint32_t)v;
+			memcpy((char *)&ev->u.gpu.launch + launch_fields[i], &f, sizeof(f));
+		}
 		break;
 	case RP_EV_API_CALL:
 		if ((rc = get_field(r, err, "duration", UINT64_MAX, &ev->u.api.duration)) < 0 ||
 		    (rc = get_field(r, err, "device", UINT32_MAX, &v)) < 0)
 			return rc;
 		ev->u.api.device = (uint32_t)v;
+		if (ext && (rc = get_field(r, err, "correlation", UINT32_MAX, &v)) < 0)
+			return rc;
+		ev->u.api.correlation = ext ? (uint32_t)v : 0;
 		break;
 	case RP_EV_DROPS:
 		if ((rc = get_field(r, err, "drop count", UINT64_MAX, &ev->u.drops.count)) < 0)
@@ -997,8 +1038,11 @@ int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev, struct 
 		case TAG_DEF_THREAD:
 			rc = def_thread(r, err);
 			break;
-		default:
-			if (tag < 1 || tag > RP_EV_KIND_MAX || !(KNOWN_KINDS >> tag & 1)) {
+		default: {
+			unsigned base = tag & ~(unsigned)TAG_EXT;
+			bool ext = tag & TAG_EXT && base < 32 && EXT_KINDS >> base & 1;
+			unsigned kind = ext ? base : tag;
+			if (kind < 1 || kind > RP_EV_KIND_MAX || !(KNOWN_KINDS >> kind & 1)) {
 				r->pos = at;
 				return corrupt(r, err, "unknown record tag 0x%02x", tag);
 			}
@@ -1007,7 +1051,7 @@ int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev, struct 
 				return corrupt(r, err, "more events than the header's %u",
 					       r->hdr.event_count);
 			}
-			if ((rc = get_event(r, tag, ev, err)) < 0)
+			if ((rc = get_event(r, kind, ext, ev, err)) < 0)
 				return rc;
 			if (ev->ts < r->hdr.first_ts || ev->ts > r->hdr.last_ts) {
 				r->pos = at;
@@ -1019,6 +1063,7 @@ int rp_chunk_reader_next(struct rp_chunk_reader *r, struct rp_event *ev, struct 
 			r->prev_ts = ev->ts;
 			r->nread++;
 			return 1;
+		}
 		}
 		if (rc < 0)
 			return rc;

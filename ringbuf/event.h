@@ -58,6 +58,14 @@ enum rp_device_kind {
 /* u.op.device of an event on the host, not on a device. */
 #define RP_OP_HOST UINT32_MAX
 
+/* A kernel's launch configuration (CUDA's names).  Every launched
+ * kernel has block[0] >= 1, so block[0] == 0 means "not known". */
+struct rp_gpu_launch {
+	uint32_t grid[3], block[3];  /* x, y, z */
+	uint32_t registers;          /* per thread */
+	uint32_t static_shared, dynamic_shared; /* shared memory bytes per block */
+};
+
 /* Longest name kept; longer names are truncated on the way in. */
 #define RP_NAME_MAX 255
 /* Deepest stack kept (kernel + user frames). */
@@ -95,15 +103,17 @@ struct rp_event {
 		} counter;
 		struct {
 			uint64_t end;       /* host clock ns; ts is the start */
-			uint64_t correlation;
+			uint64_t correlation; /* the API call that launched it; 0: none */
 			uint64_t bytes;     /* memcpy/memset size, 0 for kernels */
 			uint32_t device;
 			uint32_t stream;
 			uint8_t kind;       /* enum rp_gpu_activity_kind */
+			struct rp_gpu_launch launch; /* kernels; block[0] 0: not known */
 		} gpu;
 		struct {
 			uint64_t duration;  /* ns */
 			uint32_t device;    /* device or core index */
+			uint32_t correlation; /* the GPU work it launched (u.gpu.correlation); 0: none */
 		} api;
 		struct {
 			uint64_t count;

@@ -73,7 +73,10 @@ _Static_assert(sizeof(struct shm_hdr) <= HDR_SIZE &&
 	       offsetof(struct shm_hdr, consumer) == RP_SHM_OFF_CONSUMER,
 	       "header layout as documented in shmring.h");
 _Static_assert(sizeof(struct rp_rec) == 16, "record header is 16 bytes");
-_Static_assert(sizeof(struct rp_rec_gpu) == 40 && sizeof(struct rp_rec_api) == 16 &&
+_Static_assert(sizeof(struct rp_gpu_launch) == 36 && sizeof(struct rp_rec_launch) == 40,
+	       "the launch block is nine u32 and a pad");
+_Static_assert(sizeof(struct rp_rec_gpu) == 40 &&
+	       sizeof(struct rp_rec_api) == 16 &&
 	       sizeof(struct rp_rec_sample) == 16 && sizeof(struct rp_rec_op) == 48,
 	       "payloads are multiples of 8");
 _Static_assert(sizeof(struct rp_rec) + sizeof(struct rp_rec_op) + 3 * (RP_NAME_MAX + 1) <= REC_MAX,
@@ -562,12 +565,16 @@ bool rp_shm_write_event(struct rp_shmring *r, const struct rp_event *ev)
 			.pid = ev->pid,
 			.kind = ev->u.gpu.kind,
 		};
-		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), NULL, 0,
-			   ev->name, nlen);
+		struct rp_rec_launch l = { .launch = ev->u.gpu.launch };
+		if (l.launch.block[0])
+			g.flags = RP_REC_GPU_LAUNCH;
+		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &g, sizeof(g), &l,
+			   g.flags ? sizeof(l) : 0, ev->name, nlen);
 	}
 	case RP_EV_API_CALL: {
 		struct rp_rec_api a = { .duration = ev->u.api.duration,
-					.device = ev->u.api.device };
+					.device = ev->u.api.device,
+					.correlation = ev->u.api.correlation };
 		return put(r, false, (uint8_t)k, ev->tid, ev->ts, &a, sizeof(a), NULL, 0,
 			   ev->name, nlen);
 	}
@@ -619,6 +626,16 @@ static bool rec_valid(const struct rp_rec *rec)
 		if (s.nframes > RP_STACK_MAX || s.nkernel > s.nframes)
 			return false;
 		payload += s.nframes * sizeof(uint64_t);
+	}
+	if (rec->kind == RP_EV_GPU_ACTIVITY) {
+		struct rp_rec_gpu g;
+		if (rec->size < sizeof(*rec) + sizeof(g))
+			return false;
+		memcpy(&g, rec + 1, sizeof(g));
+		if (g.flags & ~RP_REC_GPU_LAUNCH)
+			return false;
+		if (g.flags & RP_REC_GPU_LAUNCH)
+			payload += sizeof(struct rp_rec_launch);
 	}
 	if (rec->kind == RP_EV_DEVICE_OP) {
 		/* Each string present ends in its NUL, within RP_NAME_MAX. */
@@ -760,6 +777,8 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		ev->u.op.hlo_module = o.module_len ? text + o.op_len : NULL;
 		name_at += (size_t)o.op_len + o.module_len;
 	}
+	if (rec->kind == RP_EV_GPU_ACTIVITY && payload[offsetof(struct rp_rec_gpu, flags)])
+		name_at += sizeof(struct rp_rec_launch);
 	if (kinds[rec->kind].named) {
 		memcpy(namebuf, payload + name_at, rec->name_len);
 		namebuf[rec->name_len] = 0;
@@ -794,6 +813,11 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		ev->u.gpu.device = g.device;
 		ev->u.gpu.stream = g.stream;
 		ev->u.gpu.kind = g.kind;
+		if (g.flags & RP_REC_GPU_LAUNCH) {
+			struct rp_rec_launch l;
+			memcpy(&l, payload + sizeof(g), sizeof(l));
+			ev->u.gpu.launch = l.launch;
+		}
 		break;
 	}
 	case RP_EV_API_CALL: {
@@ -801,6 +825,7 @@ int rp_rec_to_event(const struct rp_shmring *r, const struct rp_rec *rec,
 		memcpy(&a, payload, sizeof(a));
 		ev->u.api.duration = a.duration;
 		ev->u.api.device = a.device;
+		ev->u.api.correlation = a.correlation;
 		break;
 	}
 	case RP_EV_DROPS:

@@ -45,13 +45,21 @@ struct rp_rec {
  * (range begin/end, instant, process/thread name) have none; RP_EV_DROPS
  * has a uint64_t count. */
 struct rp_rec_counter { double value; };
+/* flags RP_REC_GPU_LAUNCH: a struct rp_rec_launch follows, before the
+ * name (0 from producers that predate it: the byte was padding). */
 struct rp_rec_gpu {
 	uint64_t end, correlation, bytes;
 	uint32_t device, stream;
 	uint32_t pid;
-	uint8_t kind, pad[3];
+	uint8_t kind, flags, pad[2];
 };
-struct rp_rec_api { uint64_t duration; uint32_t device, pad; };
+#define RP_REC_GPU_LAUNCH 0x01
+struct rp_rec_launch {
+	struct rp_gpu_launch launch; /* nine u32, as documented */
+	uint32_t pad;
+};
+/* correlation: CUPTI's id (u32), 0 from producers that predate it. */
+struct rp_rec_api { uint64_t duration; uint32_t device, correlation; };
 /* Followed by hlo_op and hlo_module, each with its NUL (op_len and
  * module_len count it; 0: absent), then the name. */
 struct rp_rec_op {

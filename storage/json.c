@@ -18,11 +18,15 @@
  *
  * Times are wall clock ns (host clock + wall_offset_ns), integers.
  * Trace event types: range (written at its end: timestamp is its begin,
- * args depth and truncated), instant, api_call (args device_index),
+ * args depth and truncated), instant, api_call (args device_index,
+ * correlation: that of the GPU work it launched, 0 for none),
  * gpu_kernel, gpu_memcpy, gpu_memset (args correlation, stream,
- * device_index, and bytes for copies and sets; an unknown kind of GPU
- * activity is gpu_activity; C++ kernel names demangled).  group is the thread's
- * name ("thread TID" without one), or "stream N" for GPU activity.
+ * device_index, bytes for copies and sets, and for kernels whose launch
+ * configuration is known grid [x,y,z], block [x,y,z],
+ * registers_per_thread, static_shared_memory, dynamic_shared_memory;
+ * an unknown kind of GPU activity is gpu_activity; C++ kernel names
+ * demangled).  group is the thread's name ("thread TID" without one), or
+ * "stream N" for GPU activity.
  * frames are leaf first, named as the summary names them (C++ names
  * demangled); mangled, only in samples with a demangled frame, is
  * parallel to frames: the symbol as the binary spells it, or null for a
@@ -316,6 +320,29 @@ static void element(struct jout *o)
 	o->first = false;
 }
 
+/* ,"grid":[x,y,z],"block":[x,y,z],"registers_per_thread":..., and the
+ * shared memory bytes per block. */
+static void put_launch(struct jout *o, const struct rp_gpu_launch *l)
+{
+	const uint32_t *dims[2] = { l->grid, l->block };
+	static const char *const names[2] = { ",\"grid\":[", ",\"block\":[" };
+	for (size_t d = 0; d < 2; d++) {
+		put(o, names[d], strlen(names[d]));
+		for (size_t i = 0; i < 3; i++) {
+			if (i)
+				PUT(o, ",");
+			put_u64(o, dims[d][i]);
+		}
+		PUT(o, "]");
+	}
+	PUT(o, ",\"registers_per_thread\":");
+	put_u64(o, l->registers);
+	PUT(o, ",\"static_shared_memory\":");
+	put_u64(o, l->static_shared);
+	PUT(o, ",\"dynamic_shared_memory\":");
+	put_u64(o, l->dynamic_shared);
+}
+
 static const char *gpu_type(uint8_t kind)
 {
 	switch (kind) {
@@ -422,6 +449,8 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 		rc = thread_group(o, ev);
 		PUT(o, ",\"args\":{\"device_index\":");
 		put_u64(o, ev->u.api.device);
+		PUT(o, ",\"correlation\":");
+		put_u64(o, ev->u.api.correlation);
 		PUT(o, "}}");
 		break;
 	case RP_EV_GPU_ACTIVITY:
@@ -441,6 +470,8 @@ static int trace_event(struct jout *o, const struct rp_reader_event *e)
 			PUT(o, ",\"bytes\":");
 			put_u64(o, ev->u.gpu.bytes);
 		}
+		if (ev->u.gpu.launch.block[0])
+			put_launch(o, &ev->u.gpu.launch);
 		PUT(o, "}}");
 		break;
 	case RP_EV_DEVICE_OP:

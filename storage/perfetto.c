@@ -112,12 +112,15 @@ static const char *const category_names[NCATS] = {
 
 enum annotation { AN_CORRELATION, AN_BYTES, AN_STREAM, AN_DEVICE, AN_COUNT, AN_TRUNCATED,
 		  AN_HLO_OP, AN_HLO_MODULE, AN_PROGRAM_ID, AN_FLOPS, AN_BYTES_ACCESSED, AN_LINE,
-		  NANNOTS };
+		  AN_GRID, AN_BLOCK, AN_REGISTERS, AN_STATIC_SHARED, AN_DYNAMIC_SHARED, NANNOTS };
 static const char *const annotation_names[NANNOTS] = {
 	"correlation", "bytes", "stream", "device", "count", "truncated",
 	"hlo_op", "hlo_module", "program_id", "flops", "bytes_accessed", "line",
+	"grid", "block", "registers_per_thread", "static_shared_memory", "dynamic_shared_memory",
 };
-#define ANNOTS_MAX 7
+/* GPU work's: device, stream, correlation, bytes and a launch
+ * configuration (5), which only kernels have but a producer may claim. */
+#define ANNOTS_MAX 9
 
 /* A string interned on the sequence (or, for counter names, only used
  * as a key): iid from 1, in the order first seen. */
@@ -696,11 +699,17 @@ struct arg {
 };
 
 /* A TrackEvent of type on track at ts: named (slice begins, instants)
- * or not (ends, counters: value). */
-static int track_event(struct pf *w, uint64_t ts, int type, uint64_t track, const char *name,
-		       enum category cat, const struct arg *args, size_t nargs, double value)
+ * or not (ends, counters: value); a slice begin may start a flow
+ * (flow_out) or end one (flow_in), 0: none. */
+static int flow_event(struct pf *w, uint64_t ts, int type, uint64_t track, const char *name,
+		      enum category cat, const struct arg *args, size_t nargs, double value,
+		      uint64_t flow_out, uint64_t flow_in)
 {
 	TrackEvent te = PERFETTO__PROTOS__TRACK_EVENT__INIT;
+	te.n_flow_ids = flow_out != 0;
+	te.flow_ids = &flow_out;
+	te.n_terminating_flow_ids = flow_in != 0;
+	te.terminating_flow_ids = &flow_in;
 	Annotation annots[ANNOTS_MAX], *annot_p[ANNOTS_MAX];
 	uint64_t cat_iid;
 	te.has_type = te.has_track_uuid = true;
@@ -755,6 +764,19 @@ static int track_event(struct pf *w, uint64_t ts, int type, uint64_t track, cons
 	return emit(w, &p, name || nargs);
 }
 
+static int track_event(struct pf *w, uint64_t ts, int type, uint64_t track, const char *name,
+		       enum category cat, const struct arg *args, size_t nargs, double value)
+{
+	return flow_event(w, ts, type, track, name, cat, args, nargs, value, 0, 0);
+}
+
+/* The flow from a runtime API call to the GPU work it launched (CUPTI's
+ * correlation ids are per process); 0 without one. */
+static uint64_t launch_flow(uint32_t pid, uint64_t corr)
+{
+	return corr ? (uint64_t)pid << 32 | (corr & UINT32_MAX) : 0;
+}
+
 static const char *name_of(const struct rp_event *ev)
 {
 	return ev->name ? ev->name : "";
@@ -778,8 +800,20 @@ static int gpu_activity(struct pf *w, size_t ring, const struct rp_event *ev)
 		args[n++] = (struct arg){ AN_CORRELATION, ev->u.gpu.correlation, false, NULL };
 	if (cat != CAT_KERNEL)
 		args[n++] = (struct arg){ AN_BYTES, ev->u.gpu.bytes, false, NULL };
-	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid,
-			      rp_symbolizer_demangle(w->sym, name_of(ev)), cat, args, n, 0)) < 0)
+	const struct rp_gpu_launch *l = &ev->u.gpu.launch;
+	char grid[40], block[40];
+	if (l->block[0]) {
+		snprintf(grid, sizeof(grid), "%u,%u,%u", l->grid[0], l->grid[1], l->grid[2]);
+		snprintf(block, sizeof(block), "%u,%u,%u", l->block[0], l->block[1], l->block[2]);
+		args[n++] = (struct arg){ AN_GRID, 0, false, grid };
+		args[n++] = (struct arg){ AN_BLOCK, 0, false, block };
+		args[n++] = (struct arg){ AN_REGISTERS, l->registers, false, NULL };
+		args[n++] = (struct arg){ AN_STATIC_SHARED, l->static_shared, false, NULL };
+		args[n++] = (struct arg){ AN_DYNAMIC_SHARED, l->dynamic_shared, false, NULL };
+	}
+	if ((rc = flow_event(w, ev->ts, SLICE_BEGIN, uuid,
+			     rp_symbolizer_demangle(w->sym, name_of(ev)), cat, args, n, 0, 0,
+			     launch_flow(ev->pid, ev->u.gpu.correlation))) < 0)
 		return rc;
 	return track_event(w, end, SLICE_END, uuid, NULL, cat, NULL, 0, 0);
 }
@@ -792,8 +826,11 @@ static int api_call(struct pf *w, size_t ring, const struct rp_event *ev)
 	int rc = lane_uuid(w, k, ev->ts, end, &uuid);
 	if (rc < 0)
 		return rc;
-	struct arg dev = { AN_DEVICE, ev->u.api.device, false, NULL };
-	if ((rc = track_event(w, ev->ts, SLICE_BEGIN, uuid, name_of(ev), CAT_API, &dev, 1, 0)) < 0)
+	struct arg args[2] = { { AN_DEVICE, ev->u.api.device, false, NULL },
+			       { AN_CORRELATION, ev->u.api.correlation, false, NULL } };
+	if ((rc = flow_event(w, ev->ts, SLICE_BEGIN, uuid, name_of(ev), CAT_API, args,
+			     ev->u.api.correlation ? 2 : 1, 0,
+			     launch_flow(ev->pid, ev->u.api.correlation), 0)) < 0)
 		return rc;
 	return track_event(w, end, SLICE_END, uuid, NULL, CAT_API, NULL, 0, 0);
 }

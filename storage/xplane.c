@@ -60,7 +60,7 @@
 #define HELD_MAX (16u << 20)
 #define IO_BLOCK (64u << 10)
 #define FANIN 32
-/* An encoded event with its framing: ids, two times and four stats fit. */
+/* An encoded event with its framing: ids, two times and six stats fit. */
 #define EVENT_MAX 128
 /* The sampler's default rate (the daemon's), for sessions that lack one. */
 #define DEFAULT_SAMPLE_HZ 99.0
@@ -86,7 +86,9 @@ enum stat_id {
 	ST_PROGRAM_ID,
 	ST_FLOPS,
 	ST_BYTES_ACCESSED,
-	NSTATS = ST_BYTES_ACCESSED,
+	ST_FLOW,
+	ST_KERNEL_DETAILS,
+	NSTATS = ST_KERNEL_DETAILS,
 };
 
 static const char *const stat_names[NSTATS + 1] = {
@@ -107,7 +109,18 @@ static const char *const stat_names[NSTATS + 1] = {
 	[ST_PROGRAM_ID] = "program_id",
 	[ST_FLOPS] = "flops",
 	[ST_BYTES_ACCESSED] = "bytes_accessed",
+	/* TSL's XFlow, which XProf's trace viewer draws as an arrow. */
+	[ST_FLOW] = "flow",
+	/* XLA's GPU tracer's launch configuration, which XProf's kernel
+	 * stats parse. */
+	[ST_KERNEL_DETAILS] = "kernel_details",
 };
+
+/* XFlow's encoding (tsl/profiler/utils/xplane_schema.h): direction in
+ * bits 0..1, the flow id in 2..57, the category (ContextType) in 58..63. */
+enum { FLOW_IN = 1, FLOW_OUT = 2 };
+#define FLOW_ID_MASK ((1ull << 56) - 1)
+#define FLOW_GPU_LAUNCH 9ull /* ContextType::kGpuLaunch */
 
 /* In the order lines are shown within a plane. */
 enum line_role {
@@ -573,6 +586,14 @@ static Tensorflow__Profiler__XStat double_stat(enum stat_id id, double v)
 	return s;
 }
 
+/* The flow from a runtime API call to the GPU work it launched: CUPTI's
+ * correlation ids are per process (and 32 bits), so the pid goes above. */
+static Tensorflow__Profiler__XStat launch_flow(uint32_t pid, uint64_t corr, unsigned dir)
+{
+	uint64_t id = ((uint64_t)pid << 32 | (corr & UINT32_MAX)) & FLOW_ID_MASK;
+	return u64_stat(ST_FLOW, FLOW_GPU_LAUNCH << 58 | id << 2 | dir);
+}
+
 /* A string stat as a reference to stat metadata named str (how XLA
  * writes hlo_op); false without memory. */
 static bool ref_stat(struct xw *w, enum stat_id id, const char *str, Tensorflow__Profiler__XStat *s)
@@ -713,10 +734,24 @@ static int on_gpu(struct xw *w, size_t p, const struct rp_event *ev)
 		return nomem(w);
 	if (ev->u.gpu.kind < 32)
 		l->gpu_kinds |= 1u << ev->u.gpu.kind;
-	Tensorflow__Profiler__XStat s[4], *sp[4];
+	Tensorflow__Profiler__XStat s[6], *sp[6];
 	size_t n = 0;
-	if (ev->u.gpu.correlation)
+	const struct rp_gpu_launch *g = &ev->u.gpu.launch;
+	if (g->block[0]) {
+		/* XLA's format (xla/backends/profiler/gpu KernelDetails), less
+		 * occ_pct, which CUPTI's record does not give. */
+		char d[160];
+		snprintf(d, sizeof(d),
+			 "regs:%u static_shared:%u dynamic_shared:%u grid:%u,%u,%u block:%u,%u,%u",
+			 g->registers, g->static_shared, g->dynamic_shared, g->grid[0], g->grid[1],
+			 g->grid[2], g->block[0], g->block[1], g->block[2]);
+		if (!ref_stat(w, ST_KERNEL_DETAILS, d, &s[n++]))
+			return nomem(w);
+	}
+	if (ev->u.gpu.correlation) {
 		s[n++] = u64_stat(ST_CORRELATION, ev->u.gpu.correlation);
+		s[n++] = launch_flow(ev->pid, ev->u.gpu.correlation, FLOW_IN);
+	}
 	if (ev->u.gpu.bytes)
 		s[n++] = u64_stat(ST_BYTES, ev->u.gpu.bytes);
 	s[n++] = u64_stat(ST_STREAM, ev->u.gpu.stream);
@@ -727,6 +762,19 @@ static int on_gpu(struct xw *w, size_t p, const struct rp_event *ev)
 				    : gpu_kind_name(ev->u.gpu.kind);
 	return add_event(w, l, intern(w, p, name ? name : "gpu activity"), ev->ts, ev->u.gpu.end,
 			 sp, n);
+}
+
+static int on_api_call(struct xw *w, struct line *l, const struct rp_event *ev)
+{
+	Tensorflow__Profiler__XStat s[3], *sp[3] = { &s[0], &s[1], &s[2] };
+	size_t n = 0;
+	s[n++] = u64_stat(ST_DEVICE, ev->u.api.device);
+	if (ev->u.api.correlation) {
+		s[n++] = u64_stat(ST_CORRELATION, ev->u.api.correlation);
+		s[n++] = launch_flow(ev->pid, ev->u.api.correlation, FLOW_OUT);
+	}
+	return add_event(w, l, intern(w, 0, ev->name ? ev->name : "api call"), ev->ts,
+			 ev->ts + ev->u.api.duration, sp, n);
 }
 
 static int on_event(void *ctx, const struct rp_reader_event *e)
@@ -758,9 +806,7 @@ static int on_event(void *ctx, const struct rp_reader_event *e)
 		/* The runtime's calls belong to the host thread that made them. */
 		if (!(l = get_line(w, 0, ROLE_THREAD, ev->pid, ev->tid)))
 			return nomem(w);
-		s = u64_stat(ST_DEVICE, ev->u.api.device);
-		return add_event(w, l, intern(w, 0, ev->name ? ev->name : "api call"), ev->ts,
-				 ev->ts + ev->u.api.duration, &sp, 1);
+		return on_api_call(w, l, ev);
 	case RP_EV_DROPS:
 		if (!(l = get_line(w, p, ROLE_THREAD, ev->pid, ev->tid)))
 			return nomem(w);

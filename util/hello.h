@@ -21,6 +21,10 @@
 #define RP_HELLO_VERSION 2
 #define RP_HELLO_DEVICE_LEN RP_NAME_LEN /* incl. the NUL; 64 on the wire */
 #define RP_HELLO_THREAD_LEN 56   /* incl. the NUL */
+/* A thread name ending in this says that the producer's collector stood
+ * aside for another tool (libringprof-cupti.so for another CUPTI
+ * subscriber): ringprof status lists such producers per ring. */
+#define RP_HELLO_STOOD_ASIDE " (stood aside)"
 #define RP_REPLY_MESSAGE_LEN 248 /* incl. the NUL */
 #define RP_HELLO_CLOCK_MAX 3     /* the last enum rp_shm_clock */
 #define RP_HELLO_DEVICE_UID_LEN 64 /* incl. the NUL */

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hello.h"
 #include "producer.h"
 #include "translate.h"
 
@@ -347,7 +348,7 @@ static bool other_subscriber(void)
 	    "process: GPU activity is left to it");
 	st.host_ring = ring_named(HOST_RING);
 	if (st.host_ring)
-		rp_producer_set_thread_name(st.host_ring, "ringprof-cupti (stood aside)");
+		rp_producer_set_thread_name(st.host_ring, "ringprof-cupti" RP_HELLO_STOOD_ASIDE);
 	note("ringprof-cupti: stood aside, another CUPTI subscriber");
 	return true;
 }

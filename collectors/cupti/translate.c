@@ -101,6 +101,13 @@ static bool span_ok(uint64_t start, uint64_t end)
 	return start != 0 && end >= start;
 }
 
+/* A launch dimension or size CUPTI gives as int32 (never negative for a
+ * kernel that ran). */
+static uint32_t dim(int32_t v)
+{
+	return v > 0 ? (uint32_t)v : 0;
+}
+
 static int gpu_event(struct rp_event *ev, uint8_t kind, const char *name, uint64_t start,
 		     uint64_t end, uint32_t corr, uint64_t bytes, uint32_t device,
 		     uint32_t stream, uint32_t pid)
@@ -119,13 +126,38 @@ static int gpu_event(struct rp_event *ev, uint8_t kind, const char *name, uint64
 }
 
 static int api_event(struct rp_event *ev, const char *name, uint64_t start, uint64_t end,
-		     uint32_t pid, uint32_t tid)
+		     uint32_t pid, uint32_t tid, uint32_t corr)
 {
 	if (!span_ok(start, end))
 		return -EINVAL;
 	*ev = (struct rp_event){ .kind = RP_EV_API_CALL, .ts = start, .pid = pid, .tid = tid,
 				 .name = name };
 	ev->u.api.duration = end - start;
+	ev->u.api.correlation = corr;
+	return 1;
+}
+
+/* An NVTX marker (RINGPROF_NVTX=1): a range's start or end, or an
+ * instant, on the thread CUPTI names.  A range's end closes the innermost
+ * range open on its thread, as nvtxRangePush/Pop nest; other flags
+ * (synchronization markers) are not recorded. */
+static int marker_event(const CUpti_ActivityMarker2 *m, uint32_t pid, struct rp_event *ev)
+{
+	uint8_t kind = m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START	   ? RP_EV_RANGE_BEGIN
+		       : m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END	   ? RP_EV_RANGE_END
+		       : m->flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS ? RP_EV_INSTANT
+									     : 0;
+	if (!kind)
+		return 0;
+	if (!m->timestamp)
+		return -EINVAL;
+	bool thread = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD;
+	*ev = (struct rp_event){ .kind = kind, .ts = m->timestamp,
+				 .pid = thread && m->objectId.pt.processId ? m->objectId.pt.processId
+									   : pid,
+				 .tid = thread ? m->objectId.pt.threadId : 0 };
+	if (kind != RP_EV_RANGE_END)
+		ev->name = m->name && *m->name ? m->name : "nvtx";
 	return 1;
 }
 
@@ -138,8 +170,17 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 	case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
 		/* Mangled, as CPU frames are: the exporters demangle. */
 		const CUpti_ActivityKernel10 *k = rec;
-		return gpu_event(ev, RP_GPU_KERNEL, k->name ? k->name : "kernel", k->start, k->end,
-				 k->correlationId, 0, k->deviceId, k->streamId, pid);
+		int rc = gpu_event(ev, RP_GPU_KERNEL, k->name ? k->name : "kernel", k->start,
+				   k->end, k->correlationId, 0, k->deviceId, k->streamId, pid);
+		if (rc > 0)
+			ev->u.gpu.launch = (struct rp_gpu_launch){
+				.grid = { dim(k->gridX), dim(k->gridY), dim(k->gridZ) },
+				.block = { dim(k->blockX), dim(k->blockY), dim(k->blockZ) },
+				.registers = k->registersPerThread,
+				.static_shared = dim(k->staticSharedMemory),
+				.dynamic_shared = dim(k->dynamicSharedMemory),
+			};
+		return rc;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {
 		const CUpti_ActivityMemcpy6 *m = rec;
@@ -167,7 +208,7 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 			name = namebuf;
 		}
 		return api_event(ev, name, c->start, c->end, c->processId ? c->processId : pid,
-				 c->threadId);
+				 c->threadId, c->correlationId);
 	}
 	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
 		/* A host wait; CUPTI does not say which thread, so it lands on
@@ -176,14 +217,16 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 		unsigned t = s->type;
 		const char *name = t < sizeof(sync_names) / sizeof(sync_names[0]) ? sync_names[t]
 										   : sync_names[0];
-		return api_event(ev, name, s->start, s->end, pid, 0);
+		return api_event(ev, name, s->start, s->end, pid, 0, 0);
 	}
 	case CUPTI_ACTIVITY_KIND_OVERHEAD: {
 		const CUpti_ActivityOverhead3 *o = rec;
 		uint32_t tid = o->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? o->objectId.pt.threadId
 									      : 0;
-		return api_event(ev, overhead_name(o->overheadKind), o->start, o->end, pid, tid);
+		return api_event(ev, overhead_name(o->overheadKind), o->start, o->end, pid, tid, 0);
 	}
+	case CUPTI_ACTIVITY_KIND_MARKER:
+		return marker_event(rec, pid, ev);
 	default:
 		return 0;
 	}

@@ -55,6 +55,7 @@ extern const unsigned rp_cupti_noisy_count;
  *   > 0: ev is filled (name points into rec, a static table, or namebuf of
  *        RP_NAME_MAX + 1 bytes); ev->u.gpu.device / ev->u.api.device is
  *        the process's CUDA ordinal, which the caller maps to a ring;
+ *        NVTX markers (MARKER) are range begins, ends and instants;
  *   0:   a kind not recorded (it is counted, not an error);
  *   < 0: -EINVAL, a record of a recorded kind that cannot be right (no
  *        start, end before start): dropped and counted.

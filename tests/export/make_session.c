@@ -22,8 +22,10 @@
  *
  * device "gpu0": per step counter sm_active = 0.8 at s; memcpy
  * "memcpy_htod" [s+1.2ms, s+1.6ms] of 1 MiB on stream 7; API call
- * "cudaLaunchKernel" on 4242 at s+1.5ms for 20us; kernel "gemm_kernel"
- * [s+2ms, s+3.5ms] on stream 7, correlation i+1.
+ * "cudaLaunchKernel" on 4242 at s+1.5ms for 20us, correlation i+1,
+ * which launches kernel "gemm_kernel" [s+2ms, s+3.5ms] on stream 7
+ * (grid 128,2,1, block 256,1,1, 64 registers per thread, 4096 bytes of
+ * static and 16384 of dynamic shared memory).
  *
  * With --worker-samples W, also on "host": process 4244 "worker"
  * ("worker --jobs 2"), its thread 4244, this program's mappings as its

@@ -188,9 +188,11 @@ static int gpu_ring(struct ring_out *o, unsigned steps)
 		rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_GPU_ACTIVITY, .ts = s + MS + MS / 5, .pid = PID, .name = "memcpy_htod",
 				.u.gpu = { .end = s + MS + 3 * MS / 5, .bytes = 1 << 20, .stream = 7, .kind = RP_GPU_MEMCPY } });
 		rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_API_CALL, .ts = s + MS + MS / 2, .pid = PID, .tid = PID, .name = "cudaLaunchKernel",
-				.u.api = { .duration = 20000, .device = 0 } });
+				.u.api = { .duration = 20000, .device = 0, .correlation = i + 1 } });
 		rc = rc ? rc : add(o, &(struct rp_event){ .kind = RP_EV_GPU_ACTIVITY, .ts = s + 2 * MS, .pid = PID, .name = "gemm_kernel",
-				.u.gpu = { .end = s + 3 * MS + MS / 2, .correlation = i + 1, .stream = 7, .kind = RP_GPU_KERNEL } });
+				.u.gpu = { .end = s + 3 * MS + MS / 2, .correlation = i + 1, .stream = 7, .kind = RP_GPU_KERNEL,
+					   .launch = { .grid = { 128, 2, 1 }, .block = { 256, 1, 1 }, .registers = 64,
+						       .static_shared = 4096, .dynamic_shared = 16384 } } });
 	}
 	return rc ? rc : seal(o);
 }

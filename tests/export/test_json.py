@@ -180,13 +180,18 @@ def test_gpu_activity_and_api_calls(synth):
         kernel = got[("gemm_kernel", wall(s + 2 * MS))]
         assert (kernel["type"], kernel["duration"], kernel["device"], kernel["group"]) == \
             ("gpu_kernel", 3 * MS // 2, "gpu0", "stream 7")
-        assert kernel["args"]["correlation"] == i + 1 and kernel["args"]["stream"] == 7
+        assert kernel["args"] == {"correlation": i + 1, "stream": 7, "device_index": 0,
+                                  "grid": [128, 2, 1], "block": [256, 1, 1],
+                                  "registers_per_thread": 64, "static_shared_memory": 4096,
+                                  "dynamic_shared_memory": 16384}
         copy = got[("memcpy_htod", wall(s + 1200 * US))]
         assert (copy["type"], copy["duration"], copy["args"]["bytes"], copy["args"]["stream"]) == \
             ("gpu_memcpy", 400 * US, 1048576, 7)
         call = got[("cudaLaunchKernel", wall(s + 1500 * US))]
         assert (call["type"], call["duration"], call["process_id"], call["thread_id"],
                 call["device"], call["group"]) == ("api_call", 20 * US, 4242, 4242, "gpu0", "main")
+        # The kernel it launched has its correlation id.
+        assert call["args"] == {"device_index": 0, "correlation": i + 1}
 
 
 def test_drops(synth):

@@ -146,7 +146,7 @@ class Replay:
 
     def args(self, event):
         return {self.interned["debug_annotation_names"][a.name_iid].name:
-                a.bool_value if a.HasField("bool_value") else a.uint_value
+                getattr(a, a.WhichOneof("value"))
                 for a in event.debug_annotations}
 
     def track_name(self, uuid):
@@ -312,14 +312,34 @@ def test_slices(replay, grouping):
         assert nth("backward", i) == (main, 4 * MS, 8 * MS, "step", {}, {})
         assert nth("load_batch", i) == (loader, MS // 2, 3 * MS, None, {}, {})
         assert nth("gemm_kernel", i) == ("Stream 7", 2 * MS, 3500 * US, None,
-                                         {"device": 0, "stream": 7, "correlation": i + 1}, {})
+                                         {"device": 0, "stream": 7, "correlation": i + 1,
+                                          "grid": "128,2,1", "block": "256,1,1",
+                                          "registers_per_thread": 64,
+                                          "static_shared_memory": 4096,
+                                          "dynamic_shared_memory": 16384}, {})
         assert nth("memcpy_htod", i) == ("Stream 7", 1200 * US, 1600 * US, None,
                                          {"device": 0, "stream": 7, "bytes": 1 << 20}, {})
         assert nth("cudaLaunchKernel", i) == ("main runtime API", 1500 * US, 1520 * US, None,
-                                              {"device": 0}, {})
+                                              {"device": 0, "correlation": i + 1}, {})
     # The last step never ends: closed at the window's end, marked so.
     assert nth("step", N) == (main, 0, WINDOW_END - step_start(N), None, {},
                               {"truncated": True})
+
+
+def test_launch_flows(replay):
+    """Each cudaLaunchKernel begins a flow (flow_ids) that its kernel, the
+    GPU work of the same correlation id, terminates (terminating_flow_ids):
+    Perfetto draws the arrow."""
+    ends = collections.defaultdict(list)
+    for ts, _, e in replay.events:
+        assert not (e.flow_ids or e.terminating_flow_ids) or e.type == BEGIN
+        for f in e.flow_ids:
+            ends[f].append(("out", replay.name(e), ts))
+        for f in e.terminating_flow_ids:
+            ends[f].append(("in", replay.name(e), ts))
+    assert sorted(sorted(v) for v in ends.values()) == [
+        [("in", "gemm_kernel", step_start(i) + 2 * MS),
+         ("out", "cudaLaunchKernel", step_start(i) + 1500 * US)] for i in range(N)]
 
 
 def test_instants_and_drops(replay, grouping):
@@ -432,6 +452,9 @@ def test_trace_processor(exported, grouping):
             threads = set(rows("select tid, name from thread where tid in (4242, 4243)"))
             assert threads == {(4242, "main"), (4243, "loader")}
             assert rows("select name from process where pid = 4242") == [("trainer",)]
+        assert rows("select so.name, si.name, count(*) from flow f "
+                    "join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id "
+                    "group by 1, 2") == [("cudaLaunchKernel", "gemm_kernel", N)]
         assert rows("select count(*) from perf_sample") == [(N * K,)]
         leaves = dict(rows(
             "select f.name, count(*) from perf_sample s "

@@ -74,6 +74,13 @@ def legacy(synth, tmp_path_factory):
     return viewer(synth[2], "trace_viewer", {}, tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def streaming(synth, tmp_path_factory):
+    """The trace viewer the Profile tab uses (streaming, every event:
+    resolution 0)."""
+    return viewer(synth[2], "trace_viewer@", {"resolution": 0}, tmp_path_factory)
+
+
 def test_protoc_decodes(synth):
     text = run("sh", "-c", f"protoc --proto_path={PROTO_DIR} "
                f"--decode=tensorflow.profiler.XSpace xplane.proto < {synth[2]}")
@@ -189,9 +196,33 @@ def test_trace_viewer_gpu(synth, legacy):
     assert [(e["ts"], e["dur"], e["args"]["correlation_id"], e["args"]["stream_id"])
             for e in kernels] == [(us(step_start(i) + 2 * MS), us(3 * MS // 2), str(i + 1), "7")
                                   for i in range(n)]
+    # The launch configuration as XLA's GPU tracer writes it.
+    assert {e["args"]["kernel_details"] for e in kernels} == {
+        "regs:64 static_shared:4096 dynamic_shared:16384 grid:128,2,1 block:256,1,1"}
     copies = on(legacy, gpu, stream, "memcpy_htod")
     assert [(e["ts"], e["dur"], e["args"]["bytes"]) for e in copies] == [
         (us(step_start(i) + 6 * MS // 5), us(2 * MS // 5), "1048576") for i in range(n)]
+
+
+def test_trace_viewer_launch_flows(synth, streaming, legacy):
+    """XProf's trace viewer draws an arrow from each cudaLaunchKernel to
+    the kernel it launched: both carry the correlation id, and the flow
+    stats bind them (one bind_id, flow_out on the call, flow_in on the
+    kernel, category gpu_launch)."""
+    n, _, _ = synth
+    procs, tids = threads(legacy)
+    main = tids[(procs["/host:CPU"], "main (4242)")]
+    calls = on(legacy, procs["/host:CPU"], main, "cudaLaunchKernel")
+    assert [e["args"]["correlation_id"] for e in calls] == [str(i + 1) for i in range(n)]
+    ends = collections.defaultdict(list)
+    for e in streaming:
+        if "bind_id" in e:
+            side = "out" if e.get("flow_out") else "in" if e.get("flow_in") else "?"
+            ends[e["bind_id"]].append((side, e["name"], e["ts"], e["cat"]))
+    assert sorted(sorted(v) for v in ends.values()) == [
+        [("in", "gemm_kernel", us(step_start(i) + 2 * MS), "gpu_launch"),
+         ("out", "cudaLaunchKernel", us(step_start(i) + 3 * MS // 2), "gpu_launch")]
+        for i in range(n)]
 
 
 def flame(n, k):
@@ -246,11 +277,10 @@ def test_trace_viewer_cpu_samples(synth, legacy):
             ("synth_hot_c", 1 * MS), ("synth_step", 200 * MS)]
 
 
-def test_trace_viewer_counters(synth, tmp_path_factory):
-    """Counters through the trace viewer the Profile tab uses (streaming,
-    every event: resolution 0)."""
-    n, _, path = synth
-    events = viewer(path, "trace_viewer@", {"resolution": 0}, tmp_path_factory)
+def test_trace_viewer_counters(synth, streaming):
+    """Counters through the trace viewer the Profile tab uses."""
+    n, _, _ = synth
+    events = streaming
     procs, tids = threads(events)
     host, gpu = procs["/host:CPU"], procs["/device:GPU:0"]
     counters = {(e["pid"], e["name"]): e["entries"] for e in events if e["ph"] == "C"}

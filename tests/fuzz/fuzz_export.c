@@ -108,10 +108,15 @@ static int next_event(struct script *s, struct rp_event *ev, uint64_t *ts, char 
 		ev->u.gpu.stream = byte(s) % 3;
 		ev->u.gpu.bytes = byte(s);
 		ev->u.gpu.correlation = byte(s);
+		/* A launch configuration, also on copies as a producer may claim. */
+		ev->u.gpu.launch = (struct rp_gpu_launch){
+			.grid = { byte(s), 1, 1 }, .block = { byte(s) % 2 ? byte(s) : 0, 1, 1 },
+			.registers = byte(s), .dynamic_shared = UINT32_MAX };
 		break;
 	case RP_EV_API_CALL:
 		ev->u.api.duration = byte(s) * 1000ull;
 		ev->u.api.device = byte(s) % 2;
+		ev->u.api.correlation = byte(s) % 4; /* flows to the GPU work's, or dangling */
 		break;
 	case RP_EV_DROPS:
 		ev->u.drops.count = byte(s);

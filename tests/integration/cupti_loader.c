@@ -1,8 +1,10 @@
 /* A stand-in CUDA workload for test_cupti_load.py: loads the injection
  * library as the driver does (dlopen, InitializeInjection), then does its
- * own work and says so.  argv[1]: the library. */
+ * own work and says so.  argv[1]: the library.  CUPTI_LOADER_HOLD=1:
+ * then stays (its producer rings attached) until stdin closes. */
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 int main(int argc, char **argv)
 {
@@ -23,5 +25,10 @@ int main(int argc, char **argv)
 	for (unsigned long i = 0; i < 1000000; i++)
 		sum += i;
 	printf("workload done %lu\n", sum);
+	if (getenv("CUPTI_LOADER_HOLD")) {
+		(void)fflush(stdout);
+		while (getchar() != EOF)
+			;
+	}
 	return 0;
 }

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -137,6 +138,15 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
     assert [(e["name"], e["device"], e["args"]["correlation"], e["args"]["stream"], e["duration"])
             for e in kernels] == [("matmul(float const*, float const*, float*, int)", "gpu3",
                                    11, 7, 20000)], kernels
+    # The launch configuration travels with it, through ring and chunk.
+    assert {k: kernels[0]["args"][k] for k in ("grid", "block", "registers_per_thread",
+                                               "static_shared_memory", "dynamic_shared_memory")} \
+        == {"grid": [64, 2, 1], "block": [128, 1, 1], "registers_per_thread": 40,
+            "static_shared_memory": 1024, "dynamic_shared_memory": 8192}
+    # The launch keeps the kernel's correlation id: exporters draw the flow.
+    calls = [e for e in exported if e["type"] == "api_call"]
+    assert {e["name"]: e["args"]["correlation"] for e in calls} == {
+        "cudaLaunchKernel_v7000": 11, "sync: stream synchronize": 0}, calls
     # CUPTI's 5 dropped records and the incomplete kernel are counted.
     drops = [e for e in evs if e["kind"] == "drops"]
     assert sum(e["count"] for e in drops) == 6, drops
@@ -160,8 +170,75 @@ def test_kernel_names_demangled_with_the_workloads_runtime(tmp_path):
     assert kernels == ["matmul(float const*, float const*, float*, int)"], kernels
 
 
+def test_nvtx_ranges_are_opt_in(tmp_path):
+    """NVTX markers become ranges and instants on the marking thread with
+    RINGPROF_NVTX=1, and are not asked of CUPTI without it."""
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        plain = stand_in(d)
+        marked = stand_in(d, RINGPROF_NVTX="1")
+        for r in (plain, marked):
+            assert_ran(r)
+            assert said(r.stderr) == []
+        evs, _ = snapshot(d, "nvtx")
+    finally:
+        d.stop()
+    nvtx = [e for e in evs if e["kind"] in ("range_begin", "range_end", "instant")
+            and e.get("name") != "ringprof-cupti: stood aside, another CUPTI subscriber"]
+    pids = {e["pid"] for e in nvtx}
+    assert len(pids) == 1, nvtx
+    launch = next(e for e in evs if e["kind"] == "api_call" and e["pid"] in pids)
+    got = [(e["kind"], e.get("name"), e["tid"], e["ts"] - launch["ts"]) for e in nvtx]
+    assert sorted(got, key=lambda g: g[3]) == [
+        ("range_begin", "train_step", launch["tid"], -1000),
+        ("instant", "checkpoint", launch["tid"], 2000),
+        ("range_end", None, launch["tid"], 40000)], got
+    # The other run's pid has GPU activity but no markers.
+    assert len({e["pid"] for e in evs if e["kind"] == "gpu_activity"} - pids) == 1
+
+
 def test_another_subscriber_makes_it_stand_aside(tmp_path):
-    evs = declined(tmp_path, "another CUPTI subscriber", FAKE_CUPTI_SUBSCRIBED="1")
+    """Error 39: the library stands aside, says so once on stderr, and while
+    the process runs `ringprof status` names it on its ring; the ring keeps
+    an instant and the thread's name saying so."""
+    d = Daemon(tmp_path, config=CONFIG).start()
+    try:
+        env = dict(d.env(), LD_LIBRARY_PATH=STUB, RINGPROF_CUPTI_LIB=FAKE_CUPTI,
+                   FAKE_CUPTI_SUBSCRIBED="1", CUPTI_LOADER_HOLD="1")
+        env.pop("RINGPROF_QUIET", None)
+        p = subprocess.Popen([LOADER, SO], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while "workload done" not in p.stdout.readline():
+                assert p.poll() is None, p.stderr.read()
+            aside = []
+            for _ in range(300):  # attached within a drain pass or two
+                st = json.loads(d.cli("status", "--json", check=True).stdout)
+                aside = [(r["device"], a["pid"], a["thread"]) for r in st["rings"]
+                         for a in r["stood_aside"]]
+                if aside:
+                    break
+                time.sleep(0.05)
+            assert aside == [("host", p.pid, "ringprof-cupti (stood aside)")], st["rings"]
+            text = d.cli("status", check=True).stdout
+            assert (f"host: pid {p.pid}: ringprof-cupti (stood aside): another tool records it"
+                    in text), text
+        finally:
+            _, err = p.communicate("", timeout=60)
+        assert p.returncode == 0, err
+        lines = said(err)
+        assert len(lines) == 1 and "another CUPTI subscriber" in lines[0], err
+        # Gone with its process's rings (reaped once a second).
+        for _ in range(600):
+            st = json.loads(d.cli("status", "--json", check=True).stdout)
+            if not any(r["stood_aside"] for r in st["rings"]):
+                break
+            time.sleep(0.05)
+        assert not any(r["stood_aside"] for r in st["rings"]), st["rings"]
+        evs, _ = snapshot(d, "aside")
+    finally:
+        d.stop()
+    assert not [e for e in evs if e["kind"] in ("gpu_activity", "api_call")]
     marks = [e for e in evs if e["kind"] == "instant" and "stood aside" in e.get("name", "")]
     assert len(marks) == 1 and marks[0]["device"] == "host", evs
     # Its ring's thread says so too, in every export's thread list.

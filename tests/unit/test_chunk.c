@@ -70,10 +70,13 @@ static void assert_event_equal(const struct rp_event *want, const struct rp_even
 		assert_int_equal(want->u.gpu.device, got->u.gpu.device);
 		assert_int_equal(want->u.gpu.stream, got->u.gpu.stream);
 		assert_int_equal(want->u.gpu.kind, got->u.gpu.kind);
+		assert_memory_equal(&want->u.gpu.launch, &got->u.gpu.launch,
+				    sizeof(want->u.gpu.launch));
 		break;
 	case RP_EV_API_CALL:
 		assert_true(want->u.api.duration == got->u.api.duration);
 		assert_int_equal(want->u.api.device, got->u.api.device);
+		assert_int_equal(want->u.api.correlation, got->u.api.correlation);
 		break;
 	case RP_EV_DROPS:
 		assert_true(want->u.drops.count == got->u.drops.count);
@@ -168,7 +171,10 @@ static size_t all_kinds(struct rp_event *e)
 	e[n++] = (struct rp_event){
 		.kind = RP_EV_GPU_ACTIVITY, .ts = 3000, .pid = 1, .tid = 0, .name = "gemm_kernel",
 		.u.gpu = {.end = 3500, .correlation = UINT64_MAX, .bytes = 0,
-			  .device = UINT32_MAX, .stream = 7, .kind = RP_GPU_KERNEL}};
+			  .device = UINT32_MAX, .stream = 7, .kind = RP_GPU_KERNEL,
+			  .launch = {.grid = {UINT32_MAX, 2, 3}, .block = {256, 1, UINT32_MAX},
+				     .registers = 255, .static_shared = 0,
+				     .dynamic_shared = 49152}}};
 	e[n++] = (struct rp_event){
 		.kind = RP_EV_GPU_ACTIVITY, .ts = big, .pid = 1, .tid = 3, .name = "memcpy HtoD",
 		.u.gpu = {.end = 1, .correlation = 0, .bytes = UINT64_MAX, .device = 0,
@@ -179,7 +185,8 @@ static size_t all_kinds(struct rp_event *e)
 			  .stream = 0, .kind = 0xee}};
 	e[n++] = (struct rp_event){.kind = RP_EV_API_CALL, .ts = 4100, .pid = 1, .tid = 2,
 				   .name = "cudaLaunchKernel",
-				   .u.api = {.duration = UINT64_MAX, .device = UINT32_MAX}};
+				   .u.api = {.duration = UINT64_MAX, .device = UINT32_MAX,
+					     .correlation = UINT32_MAX}};
 	e[n++] = (struct rp_event){.kind = RP_EV_API_CALL, .ts = 4200, .pid = 1, .tid = 2,
 				   .name = "cudaMemcpyAsync", .u.api = {.duration = 0, .device = 0}};
 	e[n++] = (struct rp_event){.kind = RP_EV_CPU_SAMPLE, .ts = 4300, .pid = 1, .tid = 2,
@@ -655,6 +662,14 @@ static void corrupt_payload(void **state)
 		 "counter value runs past the end"},
 		{{0x42, 1, 2, 6, 20, 1, 0}, 7, 1, "GPU activity kind runs past the end"},
 		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0}, 10, 1, "build-id length runs past the end"},
+		{{0x42, 1, 2, 0x87, 20, 1, 0, 5, 0}, 9, 1,
+		 "truncated or overlong varint for correlation"},
+		{{0x42, 1, 2, 0x87, 20, 1, 0, 5, 0, 0x80, 0x80, 0x80, 0x80, 0x10}, 14, 1,
+		 "correlation 4294967296 exceeds"},
+		{{0x42, 1, 2, 0x82, 20, 1, 0}, 7, 1, "unknown record tag 0x82"},
+		{{0x42, 1, 2, 0x86, 20, 1, 0, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1}, 21, 1,
+		 "truncated or overlong varint for launch configuration"},
+		{{0xff}, 1, 1, "unknown record tag 0xff"},
 		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0, 21}, 11, 1, "build-id of 21 bytes exceeds 20"},
 		{{0x42, 1, 2, 11, 20, 1, 0, 1, 1, 0, 2, 0xaa}, 12, 1,
 		 "build-id of 2 bytes runs past the end"},
@@ -688,6 +703,36 @@ static void corrupt_payload(void **state)
 	h.raw_size--;
 	rp_chunk_header_write(&h, chunk, chunk + RP_CHUNK_HEADER_SIZE);
 	assert_int_equal(walk(r, chunk, len, &err), -EBADMSG);
+	rp_chunk_reader_free(r);
+}
+
+/* An API call as chunks before correlation ids held it (tag 7) reads
+ * with none; with one, it has tag 0x87 and a trailing varint. */
+static void api_call_encodings(void **state)
+{
+	(void)state;
+	struct rp_chunk_reader *r;
+	assert_int_equal(rp_chunk_reader_new(&r), 0);
+	static const uint8_t raw[] = {0x42, 1, 2, 0x40, 1, 'c',
+				      0x07, 18, 1, 1, 5, 3,
+				      0x87, 2, 1, 1, 6, 3, 0xff, 0xff, 0xff, 0xff, 0x0f};
+	uint8_t chunk[256];
+	struct rp_err err = {0};
+	size_t len = craft(chunk, sizeof(chunk), raw, sizeof(raw), 2, 9, 10);
+	assert_int_equal(rp_chunk_reader_load(r, chunk, len, &err), 0);
+	struct rp_event ev;
+	assert_int_equal(rp_chunk_reader_next(r, &ev, &err), 1);
+	assert_int_equal(ev.kind, RP_EV_API_CALL);
+	assert_string_equal(ev.name, "c");
+	assert_int_equal(ev.u.api.duration, 5);
+	assert_int_equal(ev.u.api.device, 3);
+	assert_int_equal(ev.u.api.correlation, 0);
+	assert_int_equal(rp_chunk_reader_next(r, &ev, &err), 1);
+	assert_int_equal(ev.kind, RP_EV_API_CALL);
+	assert_int_equal(ev.ts, 10);
+	assert_int_equal(ev.u.api.duration, 6);
+	assert_int_equal(ev.u.api.correlation, UINT32_MAX);
+	assert_int_equal(rp_chunk_reader_next(r, &ev, &err), 0);
 	rp_chunk_reader_free(r);
 }
 
@@ -1017,6 +1062,7 @@ int main(void)
 		cmocka_unit_test(many_chunks),
 		cmocka_unit_test(prefix_split),
 		cmocka_unit_test(corrupt_payload),
+		cmocka_unit_test(api_call_encodings),
 		cmocka_unit_test(mutated_payloads),
 		cmocka_unit_test(header_rejects),
 		cmocka_unit_test(bytes_per_event),

@@ -30,8 +30,10 @@ static void kernel(void **state)
 	(void)state;
 	CUpti_ActivityKernel10 k = { .kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 				     .start = 1000, .end = 5000, .deviceId = 1, .streamId = 7,
-				     .correlationId = 42, .gridX = 128, .blockX = 256,
-				     .registersPerThread = 32,
+				     .correlationId = 42, .gridX = 128, .gridY = 2, .gridZ = 3,
+				     .blockX = 256, .blockY = 4, .blockZ = 1,
+				     .registersPerThread = 32, .staticSharedMemory = 4096,
+				     .dynamicSharedMemory = 49152,
 				     .name = "_Z6matmulPfS_S_i" };
 	struct rp_event ev;
 	assert_int_equal(rp_cupti_translate(&k, 99, names, namebuf, &ev), 1);
@@ -44,6 +46,16 @@ static void kernel(void **state)
 	assert_int_equal(ev.u.gpu.stream, 7);
 	assert_int_equal(ev.u.gpu.bytes, 0);
 	assert_int_equal(ev.pid, 99);
+	const struct rp_gpu_launch *l = &ev.u.gpu.launch;
+	assert_int_equal(l->grid[0], 128);
+	assert_int_equal(l->grid[1], 2);
+	assert_int_equal(l->grid[2], 3);
+	assert_int_equal(l->block[0], 256);
+	assert_int_equal(l->block[1], 4);
+	assert_int_equal(l->block[2], 1);
+	assert_int_equal(l->registers, 32);
+	assert_int_equal(l->static_shared, 4096);
+	assert_int_equal(l->dynamic_shared, 49152);
 	/* Mangled: the exporters demangle, as for CPU frames. */
 	assert_string_equal(ev.name, "_Z6matmulPfS_S_i");
 	/* The serialising KERNEL kind has the same layout. */
@@ -76,6 +88,7 @@ static void memcpy_kinds(void **state)
 		assert_int_equal(ev.u.gpu.end, 20);
 		assert_int_equal(ev.u.gpu.stream, 3);
 		assert_int_equal(ev.u.gpu.correlation, 5);
+		assert_int_equal(ev.u.gpu.launch.block[0], 0); /* copies launch nothing */
 	}
 	CUpti_ActivityMemcpyPtoP4 p = { .kind = CUPTI_ACTIVITY_KIND_MEMCPY2, .bytes = 4096,
 					.start = 30, .end = 40, .deviceId = 2, .srcDeviceId = 2,
@@ -117,6 +130,8 @@ static void runtime_calls(void **state)
 	assert_int_equal(ev.u.api.duration, 300);
 	assert_int_equal(ev.pid, 10);
 	assert_int_equal(ev.tid, 11); /* the calling thread */
+	/* The kernel's correlationId too: exporters draw the launch flow. */
+	assert_int_equal(ev.u.api.correlation, 42);
 	/* A call the name table does not know keeps its id. */
 	a.cbid = CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020;
 	assert_int_equal(rp_cupti_translate(&a, 1, names, namebuf, &ev), 1);
@@ -147,6 +162,8 @@ static void sync_and_overhead(void **state)
 	assert_int_equal(ev.u.api.duration, 2000);
 	assert_int_equal(ev.pid, 5);
 	assert_int_equal(ev.tid, 0);
+	/* A wait's id is its API call's, which launched no GPU work: no flow. */
+	assert_int_equal(ev.u.api.correlation, 0);
 
 	CUpti_ActivityOverhead3 o = { .kind = CUPTI_ACTIVITY_KIND_OVERHEAD,
 				      .overheadKind = CUPTI_ACTIVITY_OVERHEAD_CUPTI_BUFFER_FLUSH,
@@ -158,9 +175,61 @@ static void sync_and_overhead(void **state)
 	assert_string_equal(ev.name, "cupti overhead: buffer flush");
 	assert_int_equal(ev.tid, 6);
 	assert_int_equal(ev.u.api.duration, 50);
+	assert_int_equal(ev.u.api.correlation, 0);
 	o.overheadKind = CUPTI_ACTIVITY_OVERHEAD_DRIVER_COMPILER;
 	assert_int_equal(rp_cupti_translate(&o, 5, names, namebuf, &ev), 1);
 	assert_string_equal(ev.name, "cupti overhead: driver compiler");
+}
+
+/* NVTX markers (RINGPROF_NVTX=1): a start and an end with the same id
+ * become a range on the marking thread, an instantaneous marker an
+ * instant; synchronization markers and the marker data records are not
+ * recorded, a marker without a time is refused. */
+static void nvtx_markers(void **state)
+{
+	(void)state;
+	CUpti_ActivityMarker2 start = { .kind = CUPTI_ACTIVITY_KIND_MARKER,
+					.flags = CUPTI_ACTIVITY_FLAG_MARKER_START,
+					.timestamp = 1000, .id = 3,
+					.objectKind = CUPTI_ACTIVITY_OBJECT_THREAD,
+					.name = "forward", .domain = NULL };
+	start.objectId.pt.processId = 10;
+	start.objectId.pt.threadId = 11;
+	struct rp_event ev;
+	assert_int_equal(rp_cupti_translate(&start, 1, names, namebuf, &ev), 1);
+	assert_int_equal(ev.kind, RP_EV_RANGE_BEGIN);
+	assert_int_equal(ev.ts, 1000);
+	assert_int_equal(ev.pid, 10);
+	assert_int_equal(ev.tid, 11);
+	assert_string_equal(ev.name, "forward");
+
+	CUpti_ActivityMarker2 end = start;
+	end.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
+	end.timestamp = 5000;
+	end.name = NULL; /* CUPTI names only starts */
+	assert_int_equal(rp_cupti_translate(&end, 1, names, namebuf, &ev), 1);
+	assert_int_equal(ev.kind, RP_EV_RANGE_END);
+	assert_int_equal(ev.ts, 5000);
+	assert_int_equal(ev.tid, 11);
+	assert_null(ev.name);
+
+	CUpti_ActivityMarker2 mark = start;
+	mark.flags = CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS;
+	mark.name = "";
+	mark.objectKind = CUPTI_ACTIVITY_OBJECT_PROCESS; /* no thread: the ring's */
+	assert_int_equal(rp_cupti_translate(&mark, 1, names, namebuf, &ev), 1);
+	assert_int_equal(ev.kind, RP_EV_INSTANT);
+	assert_int_equal(ev.pid, 1);
+	assert_int_equal(ev.tid, 0);
+	assert_string_equal(ev.name, "nvtx");
+
+	CUpti_ActivityMarker2 sync = start;
+	sync.flags = CUPTI_ACTIVITY_FLAG_MARKER_SYNC_ACQUIRE;
+	assert_int_equal(rp_cupti_translate(&sync, 1, names, namebuf, &ev), 0);
+	CUpti_ActivityMarkerData2 data = { .kind = CUPTI_ACTIVITY_KIND_MARKER_DATA, .id = 3 };
+	assert_int_equal(rp_cupti_translate(&data, 1, names, namebuf, &ev), 0);
+	start.timestamp = 0;
+	assert_int_equal(rp_cupti_translate(&start, 1, names, namebuf, &ev), -EINVAL);
 }
 
 /* Incomplete records (start 0, end before start) are refused, to be
@@ -246,6 +315,7 @@ int main(void)
 		cmocka_unit_test(kernel),        cmocka_unit_test(memcpy_kinds),
 		cmocka_unit_test(memset_record), cmocka_unit_test(runtime_calls),
 		cmocka_unit_test(sync_and_overhead), cmocka_unit_test(drop_path),
+		cmocka_unit_test(nvtx_markers),
 		cmocka_unit_test(device_uuid),   cmocka_unit_test(physical_index),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

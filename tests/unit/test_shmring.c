@@ -140,7 +140,7 @@ static void test_roundtrip_all_kinds(void **state)
 		{ .kind = RP_EV_GPU_ACTIVITY, .ts = 11, .name = names[1],
 		  .u.gpu = { .end = 12, .kind = RP_GPU_KERNEL } },
 		{ .kind = RP_EV_API_CALL, .ts = 30, .tid = 88, .name = names[3],
-		  .u.api = { .duration = 555, .device = 2 } },
+		  .u.api = { .duration = 555, .device = 2, .correlation = 0xfedcba98u } },
 		{ .kind = RP_EV_CPU_SAMPLE, .ts = 40, .pid = 31, .tid = 32,
 		  .u.sample = { .cpu = 5, .nframes = 1, .nkernel = 0, .frames = frames } },
 		{ .kind = RP_EV_CPU_SAMPLE, .ts = 41, .tid = 33,
@@ -222,6 +222,8 @@ static void test_roundtrip_all_kinds(void **state)
 	assert_memory_equal(e->name, names[3], RP_NAME_MAX);
 	assert_int_equal(e->u.api.duration, 555);
 	assert_int_equal(e->u.api.device, 2);
+	/* In what was the record's reserved pad: old producers' 0 reads as none. */
+	assert_int_equal(e->u.api.correlation, 0xfedcba98u);
 
 	e = &s.v[k++].ev;
 	assert_int_equal(e->kind, RP_EV_CPU_SAMPLE);
@@ -679,6 +681,18 @@ static void test_corrupt(void **state)
 	rp_shmring_close(r);
 }
 
+/* Writes ev into r, whose memfd m maps (4 KiB of data), then overwrites
+ * len bytes of its payload at off with bytes, as a hostile producer
+ * would after publishing. */
+static void write_poked(struct rp_shmring *r, uint8_t *m, const struct rp_event *ev, size_t off,
+			const void *bytes, size_t len)
+{
+	uint64_t head;
+	memcpy(&head, m + RP_SHM_OFF_HEAD, sizeof(head));
+	assert_true(rp_shm_write_event(r, ev));
+	memcpy(m + RP_SHM_HDR_SIZE + (head & 4095) + sizeof(struct rp_rec) + off, bytes, len);
+}
+
 static int check_op(void *ctx, const struct rp_shmring *r, const struct rp_rec *rec)
 {
 	unsigned *n = ctx;
@@ -736,23 +750,85 @@ static void test_device_op(void **state)
 	uint8_t *m = mmap(NULL, RP_SHM_HDR_SIZE + 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
 			  rp_shmring_fd(r), 0);
 	assert_true(m != MAP_FAILED);
-	/* The first record starts where the drain left off. */
-	uint64_t head;
-	memcpy(&head, m + RP_SHM_OFF_HEAD, sizeof(head));
-	size_t at = RP_SHM_HDR_SIZE + (head & 4095);
-	size_t lens_at = at + sizeof(struct rp_rec) + offsetof(struct rp_rec_op, op_len);
 	struct { uint16_t op_len, module_len; } hostile[] = {
 		{ 300, 15 },  /* beyond RP_NAME_MAX + 1 */
 		{ 6, 200 },   /* past the record */
 		{ 5, 15 },    /* hlo_op without its NUL */
 	};
 	for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
-		memcpy(&head, m + RP_SHM_OFF_HEAD, sizeof(head));
-		at = RP_SHM_HDR_SIZE + (head & 4095);
-		lens_at = at + sizeof(struct rp_rec) + offsetof(struct rp_rec_op, op_len);
-		assert_true(rp_shm_write_event(r, &op));
-		memcpy(m + lens_at, &hostile[i], sizeof(hostile[i]));
+		write_poked(r, m, &op, offsetof(struct rp_rec_op, op_len), &hostile[i],
+			    sizeof(hostile[i]));
 		assert_int_equal(rp_shmring_drain(r, check_op, &n, 0, &corrupt), 0);
+		assert_int_equal(corrupt, i + 1);
+	}
+	assert_int_equal(n, 2);
+	munmap(m, RP_SHM_HDR_SIZE + 4096);
+	rp_shmring_close(r);
+}
+
+static int check_launch(void *ctx, const struct rp_shmring *r, const struct rp_rec *rec)
+{
+	unsigned *n = ctx;
+	struct rp_event ev;
+	char nb[RP_NAME_MAX + 1];
+	assert_int_equal(rp_rec_to_event(r, rec, &ev, nb), 0);
+	assert_int_equal(ev.kind, RP_EV_GPU_ACTIVITY);
+	const struct rp_gpu_launch *l = &ev.u.gpu.launch;
+	if ((*n)++ == 0) {
+		assert_string_equal(ev.name, "gemm");
+		assert_int_equal(ev.u.gpu.correlation, 42);
+		assert_int_equal(l->grid[0], 1u << 31);
+		assert_int_equal(l->grid[1], 65535);
+		assert_int_equal(l->grid[2], 3);
+		assert_int_equal(l->block[0], 1024);
+		assert_int_equal(l->block[1], 1);
+		assert_int_equal(l->block[2], 64);
+		assert_int_equal(l->registers, 255);
+		assert_int_equal(l->static_shared, 48 << 10);
+		assert_int_equal(l->dynamic_shared, UINT32_MAX);
+	} else {
+		/* The layout of producers that predate launch blocks. */
+		assert_string_equal(ev.name, "copy");
+		assert_int_equal(ev.u.gpu.bytes, 4096);
+		assert_memory_equal(l, &(struct rp_gpu_launch){ 0 }, sizeof(*l));
+	}
+	return 0;
+}
+
+/* A kernel's launch configuration follows its GPU payload when the flag
+ * says so; a flag this build does not know, or a size that does not
+ * match the flag, is corrupt. */
+static void test_gpu_launch(void **state)
+{
+	(void)state;
+	struct rp_shmring *r = ring_new(4096, RP_SHM_CLOCK_MONOTONIC);
+	struct rp_event kernel = {
+		.kind = RP_EV_GPU_ACTIVITY, .ts = 100, .name = "gemm",
+		.u.gpu = { .end = 200, .correlation = 42, .kind = RP_GPU_KERNEL,
+			   .launch = { .grid = { 1u << 31, 65535, 3 }, .block = { 1024, 1, 64 },
+				       .registers = 255, .static_shared = 48 << 10,
+				       .dynamic_shared = UINT32_MAX } } };
+	struct rp_event copy = { .kind = RP_EV_GPU_ACTIVITY, .ts = 300, .name = "copy",
+				 .u.gpu = { .end = 400, .bytes = 4096, .kind = RP_GPU_MEMCPY } };
+	assert_true(rp_shm_write_event(r, &kernel));
+	assert_true(rp_shm_write_event(r, &copy));
+	unsigned n = 0;
+	uint64_t corrupt = 0;
+	assert_int_equal(rp_shmring_drain(r, check_launch, &n, 0, &corrupt), 2);
+	assert_int_equal(corrupt, 0);
+
+	uint8_t *m = mmap(NULL, RP_SHM_HDR_SIZE + 4096, PROT_READ | PROT_WRITE, MAP_SHARED,
+			  rp_shmring_fd(r), 0);
+	assert_true(m != MAP_FAILED);
+	struct { const struct rp_event *ev; uint8_t flags; } hostile[] = {
+		{ &kernel, RP_REC_GPU_LAUNCH | 0x02 }, /* a flag from the future */
+		{ &kernel, 0 },                        /* launch block not announced */
+		{ &copy, RP_REC_GPU_LAUNCH },          /* announced, not there */
+	};
+	for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+		write_poked(r, m, hostile[i].ev, offsetof(struct rp_rec_gpu, flags),
+			    &hostile[i].flags, 1);
+		assert_int_equal(rp_shmring_drain(r, check_launch, &n, 0, &corrupt), 0);
 		assert_int_equal(corrupt, i + 1);
 	}
 	assert_int_equal(n, 2);
@@ -958,6 +1034,7 @@ int main(void)
 		cmocka_unit_test(test_producer_killed),
 		cmocka_unit_test(test_consumer_dies),
 		cmocka_unit_test(test_corrupt),
+		cmocka_unit_test(test_gpu_launch),
 		cmocka_unit_test(test_padding_zeroed),
 		cmocka_unit_test(test_callback_error),
 		cmocka_unit_test(test_consumer_beat),

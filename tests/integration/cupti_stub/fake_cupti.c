@@ -6,7 +6,9 @@
  * callback the library registered.  Environment:
  *   FAKE_CUPTI_SUBSCRIBED=1  another subscriber holds CUPTI (error 39)
  *   FAKE_CUPTI_DROPPED=N     CUPTI's dropped-record count for the buffer
- *   FAKE_CUPTI_VERSION=N     cuptiGetVersion's answer */
+ *   FAKE_CUPTI_VERSION=N     cuptiGetVersion's answer
+ * With the MARKER kind enabled (RINGPROF_NVTX=1), NVTX markers too: a
+ * range "train_step" around the launch and an instant "checkpoint". */
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <cupti_result.h>
@@ -62,7 +64,13 @@ EXPORT CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFu
 	complete_fn = cp;
 	return CUPTI_SUCCESS;
 }
-EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind k) { (void)k; enabled++; return CUPTI_SUCCESS; }
+static int markers; /* NVTX marker records were asked for */
+EXPORT CUptiResult cuptiActivityEnable(CUpti_ActivityKind k)
+{
+	markers |= k == CUPTI_ACTIVITY_KIND_MARKER;
+	enabled++;
+	return CUPTI_SUCCESS;
+}
 EXPORT CUptiResult cuptiActivityDisable(CUpti_ActivityKind k) { (void)k; enabled--; return CUPTI_SUCCESS; }
 EXPORT CUptiResult cuptiActivityEnableRuntimeApi(CUpti_CallbackId c, uint8_t on)
 {
@@ -81,6 +89,7 @@ static size_t rec_size(const CUpti_Activity *a)
 	case CUPTI_ACTIVITY_KIND_RUNTIME: return sizeof(CUpti_ActivityAPI);
 	case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: return sizeof(CUpti_ActivitySynchronization2);
 	case CUPTI_ACTIVITY_KIND_OVERHEAD: return sizeof(CUpti_ActivityOverhead3);
+	case CUPTI_ACTIVITY_KIND_MARKER: return sizeof(CUpti_ActivityMarker2);
 	default: return 0;
 	}
 }
@@ -136,8 +145,10 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
 	at = put(buf, at, &noisy, sizeof(noisy));
 	CUpti_ActivityKernel10 k = { .kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 				     .start = t + 5000, .end = t + 25000, .deviceId = 0,
-				     .streamId = 7, .correlationId = 11, .gridX = 64, .blockX = 128,
-				     .name = "_Z6matmulPKfS0_Pfi" };
+				     .streamId = 7, .correlationId = 11, .gridX = 64, .gridY = 2,
+				     .gridZ = 1, .blockX = 128, .blockY = 1, .blockZ = 1,
+				     .registersPerThread = 40, .staticSharedMemory = 1024,
+				     .dynamicSharedMemory = 8192, .name = "_Z6matmulPKfS0_Pfi" };
 	at = put(buf, at, &k, sizeof(k));
 	CUpti_ActivityKernel10 broken = k;
 	broken.start = 0;
@@ -156,6 +167,27 @@ EXPORT CUptiResult cuptiActivityFlushAll(uint32_t flag)
 		.type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE,
 		.start = t + 36000, .end = t + 39000, .correlationId = 14 };
 	at = put(buf, at, &sy, sizeof(sy));
+	if (markers) {
+		/* nvtxRangePush("train_step") around the launch, a nvtxMark. */
+		CUpti_ActivityMarker2 mk = { .kind = CUPTI_ACTIVITY_KIND_MARKER,
+					     .flags = CUPTI_ACTIVITY_FLAG_MARKER_START,
+					     .timestamp = t - 1000, .id = 1,
+					     .objectKind = CUPTI_ACTIVITY_OBJECT_THREAD,
+					     .name = "train_step" };
+		mk.objectId.pt.processId = (uint32_t)getpid();
+		mk.objectId.pt.threadId = tid;
+		at = put(buf, at, &mk, sizeof(mk));
+		mk.flags = CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS;
+		mk.timestamp = t + 2000;
+		mk.id = 2;
+		mk.name = "checkpoint";
+		at = put(buf, at, &mk, sizeof(mk));
+		mk.flags = CUPTI_ACTIVITY_FLAG_MARKER_END;
+		mk.timestamp = t + 40000;
+		mk.id = 1;
+		mk.name = NULL;
+		at = put(buf, at, &mk, sizeof(mk));
+	}
 	complete_fn(NULL, 0, buf, size, at);
 	return CUPTI_SUCCESS;
 }
