@@ -183,9 +183,14 @@ int rp_cupti_translate(const void *rec, uint32_t pid, rp_cupti_api_name_fn api_n
 		return rc;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY: {
+		/* correlationId is the driver call's; a copy made through
+		 * the runtime (cudaMemcpyAsync: PyTorch's) links to the runtime
+		 * call, whose record is the one kept (on the H100 only the
+		 * kernels linked before). */
 		const CUpti_ActivityMemcpy6 *m = rec;
+		uint32_t corr = m->runtimeCorrelationId ? m->runtimeCorrelationId : m->correlationId;
 		return gpu_event(ev, RP_GPU_MEMCPY, memcpy_name(m->copyKind), m->start, m->end,
-				 m->correlationId, m->bytes, m->deviceId, m->streamId, pid);
+				 corr, m->bytes, m->deviceId, m->streamId, pid);
 	}
 	case CUPTI_ACTIVITY_KIND_MEMCPY2: {
 		const CUpti_ActivityMemcpyPtoP4 *m = rec;

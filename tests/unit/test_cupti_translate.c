@@ -89,6 +89,10 @@ static void memcpy_kinds(void **state)
 		assert_int_equal(ev.u.gpu.stream, 3);
 		assert_int_equal(ev.u.gpu.correlation, 5);
 		assert_int_equal(ev.u.gpu.launch.block[0], 0); /* copies launch nothing */
+		/* Made through the runtime: linked to the runtime call. */
+		m.runtimeCorrelationId = 77;
+		assert_int_equal(rp_cupti_translate(&m, 1, names, namebuf, &ev), 1);
+		assert_int_equal(ev.u.gpu.correlation, 77);
 	}
 	CUpti_ActivityMemcpyPtoP4 p = { .kind = CUPTI_ACTIVITY_KIND_MEMCPY2, .bytes = 4096,
 					.start = 30, .end = 40, .deviceId = 2, .srcDeviceId = 2,
