@@ -89,6 +89,8 @@ static struct {
 	bool started;  /* CUPTI loaded and the process fit to record */
 	bool armed;    /* our callbacks registered, our kinds enabled */
 	bool paused;   /* rp_cupti_pause(): another profiler has CUPTI */
+	bool shared;   /* rp_cupti_share(): the framework's profiler pauses us */
+	bool waiting;  /* a framework profiler is here, not yet sharing */
 } st = { .lock = PTHREAD_MUTEX_INITIALIZER };
 static pthread_mutex_t ctl = PTHREAD_MUTEX_INITIALIZER;
 
@@ -451,6 +453,25 @@ static int arm(void)
 	return 0;
 }
 
+/* A profiler in the process that takes CUPTI without asking: PyTorch's
+ * Kineto (torch.profiler).  Unshared, a torch.profiler session beside us
+ * loses its GPU activity, and on the H100 the process died at exit. */
+static const char *framework_profiler(void)
+{
+	static const char *const libs[] = { "/libtorch_cuda.so", "/libkineto.so" };
+	FILE *maps = fopen("/proc/self/maps", "re");
+	if (!maps)
+		return NULL;
+	const char *found = NULL;
+	char line[4096];
+	while (!found && fgets(line, sizeof(line), maps))
+		for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]) && !found; i++)
+			if (strstr(line, libs[i]))
+				found = "PyTorch";
+	(void)fclose(maps);
+	return found;
+}
+
 static int start_locked(void)
 {
 	int rc = load_cupti();
@@ -467,8 +488,16 @@ static int start_locked(void)
 	read_driver_gpus();
 	if (other_subscriber())
 		return -EBUSY;
-	if (!st.paused && (rc = arm()) < 0)
+	const char *framework = st.shared ? NULL : framework_profiler();
+	if (framework) {
+		st.waiting = true;
+		say("%s is in this process: GPU activity is recorded once torch.profiler shares "
+		    "CUPTI with ringprof (ringprof run does that; or call "
+		    "ringprof.cupti.share_with_torch_profiler())", framework);
+		note("ringprof-cupti: waiting for torch.profiler to share CUPTI");
+	} else if (!st.paused && (rc = arm()) < 0) {
 		return rc;
+	}
 	(void)atexit(flush_at_exit);
 	st.started = true;
 	return 0;
@@ -514,8 +543,26 @@ EXPORT int rp_cupti_resume(void)
 	(void)pthread_mutex_lock(&ctl);
 	if (st.paused) {
 		st.paused = false;
-		if (st.started && (rc = arm()) == 0)
+		if (st.started && !st.waiting && (rc = arm()) == 0)
 			note("ringprof-cupti: resumed");
+	}
+	(void)pthread_mutex_unlock(&ctl);
+	return rc;
+}
+
+/* The framework's profiler will pause and resume us around its sessions
+ * (ringprof.cupti.share_with_torch_profiler() says so): recording may
+ * start, or, before CUDA is up, start when it is.  0, or a negative errno
+ * after saying why on stderr. */
+EXPORT int rp_cupti_share(void)
+{
+	int rc = 0;
+	(void)pthread_mutex_lock(&ctl);
+	st.shared = true;
+	if (st.waiting) {
+		st.waiting = false;
+		if (!st.paused && (rc = arm()) == 0)
+			note("ringprof-cupti: torch.profiler shares CUPTI; recording");
 	}
 	(void)pthread_mutex_unlock(&ctl);
 	return rc;

@@ -13,7 +13,9 @@ H100, docs/gpu.md).
 makes them take turns: each torch.profiler session with CUDA activity
 pauses ringprof's collector before Kineto takes CUPTI and resumes it when
 the session ends; the pause and resume are instants in ringprof's host
-ring.  `ringprof run` does this for Python programs without a code change.
+ring.  In a process with PyTorch the collector records nothing until this
+is called (it says so on stderr once).  `ringprof run` does this for
+Python programs without a code change.
 """
 
 import ctypes
@@ -75,4 +77,8 @@ def share_with_torch_profiler():
 
     cls._prepare_trace, cls.__exit__ = _prepare_trace, __exit__
     cls._ringprof_shares_cupti = True
+    # With PyTorch in the process the collector waits for this before it
+    # records: a torch.profiler session it was not told of would lose its
+    # GPU activity.
+    lib.rp_cupti_share()
     return True

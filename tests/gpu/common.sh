@@ -28,9 +28,9 @@ PY=${PYTHON:-python3}
 CUPTI=${RINGPROF_CUPTI_LIB:-$("$PY" - <<'PY'
 import glob, os
 roots = []
-try:
-    import nvidia.cuda_cupti as m
-    roots = list(m.__path__)
+try:  # nvidia-cuda-cupti: nvidia/cuda_cupti/lib (CUDA 12), nvidia/cu13/lib (13)
+    import nvidia
+    roots = list(nvidia.__path__)
 except ImportError:
     pass
 for r in roots + ["/usr/local/cuda/lib64", "/usr/local/cuda/extras/CUPTI/lib64"]:

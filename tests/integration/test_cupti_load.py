@@ -20,6 +20,7 @@ SO = os.path.join(BUILD, "collectors", "cupti", "libringprof-cupti.so")
 LOADER = os.path.join(BUILD, "tests", "cupti-loader")
 STUB = os.path.join(BUILD, "tests", "integration", "cupti_stub")
 FAKE_CUPTI = os.path.join(STUB, "libfakecupti.so")
+FAKE_TORCH_CUDA = os.path.join(STUB, "libtorch_cuda.so")
 CUPTI = "/usr/local/cuda/lib64/libcupti.so.13"
 
 pytestmark = pytest.mark.skipif(not os.path.exists(SO) or not os.path.exists(LOADER),
@@ -31,6 +32,12 @@ def run(env_extra, base=None):
     env.pop("RINGPROF_QUIET", None)
     env.update(env_extra)
     return subprocess.run([LOADER, SO], env=env, capture_output=True, text=True, timeout=60)
+
+
+def preloading(lib):
+    """LD_PRELOAD with lib after what is there (the sanitized pass's ASan
+    runtime must stay first)."""
+    return " ".join(filter(None, [os.environ.get("LD_PRELOAD"), lib]))
 
 
 def said(stderr):
@@ -47,7 +54,8 @@ def test_exports_only_its_entry_points():
     out = subprocess.run(["nm", "-D", "--defined-only", SO], capture_output=True,
                          text=True, check=True).stdout
     text = sorted(l.split()[-1] for l in out.splitlines() if " T " in l)
-    assert text == ["InitializeInjection", "rp_cupti_pause", "rp_cupti_resume", "rp_cupti_start"]
+    assert text == ["InitializeInjection", "rp_cupti_pause", "rp_cupti_resume", "rp_cupti_share",
+                    "rp_cupti_start"]
 
 
 @pytest.mark.skipif(not os.path.exists(CUPTI), reason="no libcupti.so.13 here")
@@ -161,8 +169,7 @@ def test_kernel_names_demangled_with_the_workloads_runtime(tmp_path):
         pytest.fail("no libstdc++.so.6 found through g++")
     d = Daemon(tmp_path, config=CONFIG).start()
     try:
-        preload = " ".join(filter(None, [d.env().get("LD_PRELOAD"), libstdcxx]))
-        assert_ran(stand_in(d, LD_PRELOAD=preload))
+        assert_ran(stand_in(d, LD_PRELOAD=preloading(libstdcxx)))
         evs, _ = snapshot(d, "demangled")
     finally:
         d.stop()
@@ -195,6 +202,15 @@ def test_nvtx_ranges_are_opt_in(tmp_path):
         ("range_end", None, launch["tid"], 40000)], got
     # The other run's pid has GPU activity but no markers.
     assert len({e["pid"] for e in evs if e["kind"] == "gpu_activity"} - pids) == 1
+
+
+def test_waits_for_torch_profiler_to_share(tmp_path):
+    """With PyTorch in the process and nothing sharing CUPTI with
+    torch.profiler, the collector records nothing and says why once."""
+    evs = declined(tmp_path, "GPU activity is recorded once torch.profiler shares CUPTI",
+                   LD_PRELOAD=preloading(FAKE_TORCH_CUDA))
+    assert [e["name"] for e in evs if e["kind"] == "instant"] == \
+        ["ringprof-cupti: waiting for torch.profiler to share CUPTI"], evs
 
 
 def test_another_subscriber_makes_it_stand_aside(tmp_path):
@@ -291,9 +307,11 @@ def test_takes_turns_with_torch_profiler(tmp_path):
     src = os.path.join(os.path.dirname(__file__), "..", "..", "python", "ringprof", "cupti.py")
     d = Daemon(tmp_path, config=CONFIG).start()
     try:
+        # PyTorch's CUDA library in the process: the collector waits for
+        # the share before it records.
         env = dict(d.env(), LD_LIBRARY_PATH=STUB, RINGPROF_CUPTI_LIB=FAKE_CUPTI,
-                   CUDA_INJECTION64_PATH=SO, PYTHONPATH=str(fake))
-        env.pop("LD_PRELOAD", None)  # a Python not linked with the ASan runtime
+                   CUDA_INJECTION64_PATH=SO, PYTHONPATH=str(fake),
+                   LD_PRELOAD=preloading(FAKE_TORCH_CUDA))
         r = subprocess.run([sys.executable, "-c", SHARE_SCRIPT, src], env=env,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
@@ -303,7 +321,9 @@ def test_takes_turns_with_torch_profiler(tmp_path):
     finally:
         d.stop()
     marks = [e["name"] for e in evs if e["kind"] == "instant"]
-    assert marks == ["ringprof-cupti: paused, another profiler has CUPTI",
+    assert marks == ["ringprof-cupti: waiting for torch.profiler to share CUPTI",
+                     "ringprof-cupti: torch.profiler shares CUPTI; recording",
+                     "ringprof-cupti: paused, another profiler has CUPTI",
                      "ringprof-cupti: resumed"], marks
     # The stand-in delivers one batch per flush: at the pause (our buffers
     # back to us) and at exit (armed again after the resume).
