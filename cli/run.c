@@ -58,6 +58,21 @@ static int setup_python_perf(void)
 	return setenv("PYTHONPERFSUPPORT", "1", 1) < 0 ? -errno : 0;
 }
 
+/* Adds item to the colon-separated list in the environment variable var,
+ * first or last. */
+static int env_list_add(const char *var, const char *item, bool first)
+{
+	const char *old = getenv(var);
+	if (!old || !*old)
+		return setenv(var, item, 1) < 0 ? -errno : 0;
+	char *both;
+	if (asprintf(&both, "%s:%s", first ? item : old, first ? old : item) < 0)
+		return -ENOMEM;
+	int rc = setenv(var, both, 1) < 0 ? -errno : 0;
+	free(both);
+	return rc;
+}
+
 /* The Neuron collector (docs/neuron.md), preloaded whenever it is
  * installed: it does nothing in a process that never calls libnrt.
  * RINGPROF_NEURON_LIB names another build of it. */
@@ -67,16 +82,25 @@ static int setup_neuron(void)
 	lib = lib && *lib ? lib : RINGPROF_NEURON_LIB_PATH;
 	if (access(lib, R_OK) < 0)
 		return 0;
-	const char *old = getenv("LD_PRELOAD");
-	if (!old || !*old)
-		return setenv("LD_PRELOAD", lib, 1) < 0 ? -errno : 0;
 	/* After what is there: a sanitizer's runtime must come first. */
-	char *both;
-	if (asprintf(&both, "%s:%s", old, lib) < 0)
-		return -ENOMEM;
-	int rc = setenv("LD_PRELOAD", both, 1) < 0 ? -errno : 0;
-	free(both);
-	return rc;
+	return env_list_add("LD_PRELOAD", lib, false);
+}
+
+/* The XLA collector's side in JAX programs (docs/xla.md): the
+ * sitecustomize.py of RINGPROF_PYTHON_HOOK_DIR (default: the installed
+ * one) attaches a Python program once it has imported jax. */
+static int setup_xla(void)
+{
+	const char *dir = getenv("RINGPROF_PYTHON_HOOK_DIR");
+	dir = dir && *dir ? dir : RINGPROF_PYTHON_HOOK_DIR;
+	char hook[PATH_MAX];
+	snprintf(hook, sizeof(hook), "%s/sitecustomize.py", dir);
+	if (access(hook, R_OK) < 0)
+		return 0;
+	if (setenv("RINGPROF_XLA_ATTACH", "1", 1) < 0)
+		return -errno;
+	/* First: the hook runs the sitecustomize it hides itself. */
+	return env_list_add("PYTHONPATH", dir, true);
 }
 
 static const struct collector_setup collectors[] = {
@@ -84,6 +108,8 @@ static const struct collector_setup collectors[] = {
 	  setup_python_perf },
 	{ "neuron", "Neuron runtime calls (LD_PRELOAD of libringprof-neuron.so, when installed)",
 	  setup_neuron },
+	{ "xla", "XLA ops of Python programs that import jax (PYTHONPATH hook that calls "
+	  "ringprof.xla.attach(), when installed)", setup_xla },
 };
 #define NCOLLECTORS (sizeof(collectors) / sizeof(collectors[0]))
 

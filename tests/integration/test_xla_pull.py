@@ -601,3 +601,76 @@ def test_attach_registers_the_workload(tmp_path):
             proc.kill()
             proc.wait(timeout=30)
         d.stop()
+
+
+HOOK_DIR = pathlib.Path(__file__).resolve().parents[2] / "python" / "hook"
+CLI = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
+
+
+def run_env(d):
+    """ringprof run's environment: this tree's start-up hook (the installed
+    one is the default), the package of this tree (conftest), no ASan
+    runtime (JAX is not our code)."""
+    env = dict(d.env(), RINGPROF_PYTHON_HOOK_DIR=str(HOOK_DIR))
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
+def test_ringprof_run_hook_leaves_other_programs_alone(tmp_path):
+    """Under `ringprof run` a program that never imports jax gets no jax
+    and no profiler server, and the sitecustomize the hook hides (here one
+    on PYTHONPATH) still runs."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    own = tmp_path / "own"
+    own.mkdir()
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="")).start()
+    try:
+        (own / "sitecustomize.py").write_text("import builtins\nbuiltins.OWN_SITE = 1\n")
+        env = run_env(d)
+        env["PYTHONPATH"] = os.pathsep.join([str(own), env.get("PYTHONPATH", "")])
+        r = subprocess.run([CLI, "--socket", d.socket, "run", "--name", "nojax", "--",
+                            sys.executable, "-c",
+                            "import os, sys; print(OWN_SITE, 'jax' in sys.modules, "
+                            "os.environ['PYTHONPATH'].split(os.pathsep)[0])"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["1", "False", str(HOOK_DIR)], (r.stdout, r.stderr)
+        assert xla_collector(d)["endpoints"] == 0
+        r = subprocess.run([CLI, "--socket", d.socket, "run", "--no-xla", "--name", "noxla", "--",
+                            sys.executable, "-c", "import os; print(os.environ.get("
+                            "'RINGPROF_XLA_ATTACH'))"], env=run_env(d), capture_output=True,
+                           text=True, timeout=120)
+        assert r.stdout.split() == ["None"], (r.stdout, r.stderr)
+    finally:
+        d.stop()
+
+
+@pytest.mark.skipif(SANITIZED, reason="the workload imports jaxlib, which cannot run with the ASan "
+                    "runtime preloaded, and the ringprof package of the sanitized pass needs it: "
+                    "checked in the normal pass")
+def test_ringprof_run_attaches_jax_programs(tmp_path):
+    """`ringprof run -- python train.py` with no change to the program: the
+    start-up hook attaches it once it imports jax, and the run's session
+    holds jit_train_step's XLA ops with hlo_op/hlo_module and the steps,
+    stamped with the program's pid."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="")).start()
+    try:
+        r = subprocess.run([CLI, "--socket", d.socket, "run", "--name", "jaxrun", "--",
+                            sys.executable, str(WORKLOAD), "0", "8"], env=run_env(d),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "imports jax, but" not in r.stderr and "cannot attach" not in r.stderr, r.stderr
+        out = tmp_path / "run.json"
+        d.cli("export", "jaxrun", "--format", "json", "-o", str(out), check=True)
+        ops = [e for e in json.load(open(out))["trace_events"] if e["type"] == "xla_op"]
+        hlo = [e for e in ops if e["args"].get("hlo_module", "").startswith("jit_train_step")
+               and e["args"].get("hlo_op")]
+        steps = [e for e in ops if e["name"] == "train"]
+        assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps),
+                                                    open(d.log).read())
+        (pid,) = {e["process_id"] for e in ops}
+        assert pid not in (os.getpid(), d.proc.pid)
+        assert d.alive()
+    finally:
+        d.stop()
