@@ -58,6 +58,21 @@ static int setup_python_perf(void)
 	return setenv("PYTHONPERFSUPPORT", "1", 1) < 0 ? -errno : 0;
 }
 
+/* Adds item to the colon-separated list in the environment variable var,
+ * first or last. */
+static int env_list_add(const char *var, const char *item, bool first)
+{
+	const char *old = getenv(var);
+	if (!old || !*old)
+		return setenv(var, item, 1) < 0 ? -errno : 0;
+	char *both;
+	if (asprintf(&both, "%s:%s", first ? item : old, first ? old : item) < 0)
+		return -ENOMEM;
+	int rc = setenv(var, both, 1) < 0 ? -errno : 0;
+	free(both);
+	return rc;
+}
+
 /* The Neuron collector (docs/neuron.md), preloaded whenever it is
  * installed: it does nothing in a process that never calls libnrt.
  * RINGPROF_NEURON_LIB names another build of it. */
@@ -67,16 +82,37 @@ static int setup_neuron(void)
 	lib = lib && *lib ? lib : RINGPROF_NEURON_LIB_PATH;
 	if (access(lib, R_OK) < 0)
 		return 0;
-	const char *old = getenv("LD_PRELOAD");
-	if (!old || !*old)
-		return setenv("LD_PRELOAD", lib, 1) < 0 ? -errno : 0;
 	/* After what is there: a sanitizer's runtime must come first. */
-	char *both;
-	if (asprintf(&both, "%s:%s", old, lib) < 0)
-		return -ENOMEM;
-	int rc = setenv("LD_PRELOAD", both, 1) < 0 ? -errno : 0;
-	free(both);
-	return rc;
+	return env_list_add("LD_PRELOAD", lib, false);
+}
+
+/* ringprof run's start-up hook for Python programs (python/hook:
+ * RINGPROF_PYTHON_HOOK_DIR, default the installed one) first on
+ * PYTHONPATH, once, and var=1, which asks it for one thing
+ * (docs/xla.md).  Nothing when the hook is not installed. */
+static int python_hook(const char *var)
+{
+	const char *dir = getenv("RINGPROF_PYTHON_HOOK_DIR");
+	dir = dir && *dir ? dir : RINGPROF_PYTHON_HOOK_DIR;
+	char hook[PATH_MAX];
+	snprintf(hook, sizeof(hook), "%s/sitecustomize.py", dir);
+	if (access(hook, R_OK) < 0)
+		return 0;
+	if (setenv(var, "1", 1) < 0)
+		return -errno;
+	const char *path = getenv("PYTHONPATH");
+	size_t len = strlen(dir);
+	if (path && strncmp(path, dir, len) == 0 && (path[len] == ':' || !path[len]))
+		return 0; /* another setup put it there */
+	/* First: the hook runs the sitecustomize it hides itself. */
+	return env_list_add("PYTHONPATH", dir, true);
+}
+
+/* The XLA collector's side in JAX programs (docs/xla.md): the hook
+ * attaches a Python program once it has imported jax. */
+static int setup_xla(void)
+{
+	return python_hook("RINGPROF_XLA_ATTACH");
 }
 
 /* The GPU collector (docs/gpu.md), which the CUDA driver loads at cuInit,
@@ -89,7 +125,11 @@ static int setup_cuda(void)
 	const char *own = getenv("CUDA_INJECTION64_PATH");
 	if ((own && *own) || access(lib, R_OK) < 0)
 		return 0;
-	return setenv("CUDA_INJECTION64_PATH", lib, 1) < 0 ? -errno : 0;
+	if (setenv("CUDA_INJECTION64_PATH", lib, 1) < 0)
+		return -errno;
+	/* In a PyTorch program it records once torch.profiler shares CUPTI
+	 * with it: the hook makes that so when torch is imported. */
+	return python_hook("RINGPROF_TORCH_SHARE");
 }
 
 static const struct collector_setup collectors[] = {
@@ -97,8 +137,10 @@ static const struct collector_setup collectors[] = {
 	  setup_python_perf },
 	{ "neuron", "Neuron runtime calls (LD_PRELOAD of libringprof-neuron.so, when installed)",
 	  setup_neuron },
-	{ "cuda", "GPU activity (CUDA_INJECTION64_PATH=libringprof-cupti.so, when installed)",
-	  setup_cuda },
+	{ "cuda", "GPU activity (CUDA_INJECTION64_PATH=libringprof-cupti.so, when installed; "
+	  "in PyTorch programs a PYTHONPATH hook shares CUPTI with torch.profiler)", setup_cuda },
+	{ "xla", "XLA ops of Python programs that import jax (PYTHONPATH hook that calls "
+	  "ringprof.xla.attach(), when installed)", setup_xla },
 };
 #define NCOLLECTORS (sizeof(collectors) / sizeof(collectors[0]))
 

@@ -1356,6 +1356,14 @@ int rp_control_xspace(struct rp_control *c, const struct rp_xspace_req *req, uin
 	uint64_t t_req = rp_clock_now_ns();
 	struct rp_session_opts o = { .kind = RP_SESSION_SNAPSHOT };
 	fill_opts(c, &o, "", "", req->source, req->reason);
+	/* Its XSpace is written here, for the answer: the exporter thread
+	 * gets the other formats only. */
+	const char *others[RP_EXPORT_NFORMATS + 1] = { 0 };
+	const char *xplane = rp_export_format_name(RP_EXPORT_XPLANE);
+	for (unsigned i = 0, n = 0; c->export_names[i]; i++)
+		if (strcmp(c->export_names[i], xplane) != 0)
+			others[n++] = c->export_names[i];
+	o.exports = others;
 	o.start_ns = req->start_ns;
 	o.end_ns = req->end_ns < t_req ? req->end_ns : t_req;
 	o.asked_ns = o.end_ns - (o.start_ns < o.end_ns ? o.start_ns : o.end_ns);
@@ -1366,9 +1374,8 @@ int rp_control_xspace(struct rp_control *c, const struct rp_xspace_req *req, uin
 	const char *dir = rc == 0 ? path_of(s) : NULL;
 	if (rc == 0 && !dir)
 		rc = rp_err_set(err, -EIO, "the session has no directory");
-	const struct rp_export_opts eo = { .beneath = c->cfg->logdir };
 	if (rc == 0)
-		rc = rp_export_session(dir, c->host, 1u << RP_EXPORT_XPLANE, &eo, err);
+		rc = rp_exporter_export_now(c->exporter, dir, 1u << RP_EXPORT_XPLANE, err);
 	if (rc == 0)
 		rc = read_xspace(c, dir, req->max_bytes, xspace, len, err);
 	json_decref(s);

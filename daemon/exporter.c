@@ -30,6 +30,9 @@ struct rp_exporter {
 	char *logdir, *host;
 	pthread_t thread;
 	pthread_mutex_t lock;
+	/* Manifest updates, from the thread and from rp_exporter_export_now's
+	 * callers: each rewrites the whole manifest. */
+	pthread_mutex_t manifest_lock;
 	pthread_cond_t wake;     /* work queued, or stop */
 	pthread_cond_t idle;     /* the thread left its loop */
 	struct queued *head, **tail;
@@ -158,8 +161,11 @@ static bool record(void *ctx, const char *host, enum rp_export_format f, int dir
 			job->dir);
 	struct rp_err why = { 0 };
 	bool recorded = false;
-	if (!state || rp_session_set_export(dirfd, job->dir, host, rp_export_format_name(f), state,
-					    &why) < 0)
+	pthread_mutex_lock(&e->manifest_lock);
+	int set = state ? rp_session_set_export(dirfd, job->dir, host, rp_export_format_name(f),
+						state, &why) : -ENOMEM;
+	pthread_mutex_unlock(&e->manifest_lock);
+	if (set < 0)
 		fprintf(stderr, "ringprofd: the %s export of %s is %s, but its manifest cannot say "
 			"so: %s\n", rp_export_format_name(f), job->dir, err ? "failed" : "written",
 			state ? why.msg : "out of memory");
@@ -175,19 +181,27 @@ static bool record(void *ctx, const char *host, enum rp_export_format f, int dir
 	return go_on;
 }
 
+/* The formats in mask of the session in dir, each recorded in its
+ * manifest as it is done. */
+static int export_formats(struct rp_exporter *e, struct job *job, unsigned mask,
+			  struct rp_err *err)
+{
+	/* The session is reached from the log directory without following a
+	 * link: the directories below it are the log group's to write. */
+	struct rp_export_opts opts = { .perfetto_grouping = e->opts.perfetto_grouping,
+				       .beneath = e->logdir,
+				       .progress = record, .progress_ctx = job };
+	return rp_export_session(job->dir, e->host, mask, &opts, err);
+}
+
 static void export_one(struct rp_exporter *e, const char *dir)
 {
 	unsigned mask = pending(e, dir);
 	if (!mask)
 		return; /* done already: queued twice, or exported by hand */
 	struct job job = { .e = e, .dir = dir };
-	/* The session is reached from the log directory without following a
-	 * link: the directories below it are the log group's to write. */
-	struct rp_export_opts opts = { .perfetto_grouping = e->opts.perfetto_grouping,
-				       .beneath = e->logdir,
-				       .progress = record, .progress_ctx = &job };
 	struct rp_err err = { 0 };
-	(void)rp_export_session(dir, e->host, mask, &opts, &err); /* record() said it all */
+	(void)export_formats(e, &job, mask, &err); /* record() said it all */
 	/* Counted once all its formats are done; stopped half-way, the rest
 	 * is pending for the next start. */
 	pthread_mutex_lock(&e->lock);
@@ -207,6 +221,7 @@ static void free_exporter(struct rp_exporter *e)
 	}
 	pthread_cond_destroy(&e->wake);
 	pthread_cond_destroy(&e->idle);
+	pthread_mutex_destroy(&e->manifest_lock);
 	pthread_mutex_destroy(&e->lock);
 	free(e->logdir);
 	free(e->host);
@@ -264,6 +279,7 @@ int rp_exporter_start(const struct rp_exporter_opts *opts, struct rp_exporter **
 	e->tail = &e->head;
 	e->scan_due = true;
 	pthread_mutex_init(&e->lock, NULL);
+	pthread_mutex_init(&e->manifest_lock, NULL);
 	pthread_cond_init(&e->wake, NULL);
 	rp_cond_init_monotonic(&e->idle);
 	e->logdir = strdup(opts->logdir);
@@ -284,6 +300,13 @@ void rp_exporter_queue(struct rp_exporter *e, const char *dir)
 	pthread_mutex_lock(&e->lock);
 	(void)push(e, dir); /* turned away, it waits on disk for the scan */
 	pthread_mutex_unlock(&e->lock);
+}
+
+int rp_exporter_export_now(struct rp_exporter *e, const char *dir, unsigned mask,
+			   struct rp_err *err)
+{
+	struct job job = { .e = e, .dir = dir };
+	return export_formats(e, &job, mask, err);
 }
 
 void rp_exporter_stats(struct rp_exporter *e, struct rp_exporter_stats *st)

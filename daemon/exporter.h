@@ -38,6 +38,12 @@ RP_MUST_CHECK int rp_exporter_start(const struct rp_exporter_opts *opts, struct 
 /* Queue the exports of the session in dir (those its manifest lists as
  * pending).  Never blocks: with the queue full it waits on disk. */
 void rp_exporter_queue(struct rp_exporter *e, const char *dir);
+/* Write the formats in mask of the session in dir now, on the calling
+ * thread, each recorded in its manifest as the thread records its own:
+ * a format the session does not list as pending (one it was opened
+ * without) is then never written twice.  Returns the first error. */
+RP_MUST_CHECK int rp_exporter_export_now(struct rp_exporter *e, const char *dir, unsigned mask,
+					 struct rp_err *err);
 void rp_exporter_stats(struct rp_exporter *e, struct rp_exporter_stats *st);
 /* Stop without waiting for the exports queued (they stay pending on disk
  * for the next start): the format being written gets a short grace to

@@ -9,11 +9,14 @@ loopback port, unless attach() already started one, and registers
 "127.0.0.1:PORT" with this process's pid at ringprofd
 (POST /v1/xla/endpoints).  The daemon's XLA collector then pulls the
 runtime's events continuously (docs/xla.md) and forgets the server when
-this process exits.  Only one profiling session runs in a process at a
-time: while ringprofd pulls, jax.profiler.trace() in the same process
-fails, and the other way round.
+this process exits; the server stops at interpreter exit.  `ringprof
+run` calls attach() in any Python program that imports jax (its start-up
+hook, python/hook/sitecustomize.py).  Only one profiling session runs in
+a process at a time: while ringprofd pulls, jax.profiler.trace() in the
+same process fails, and the other way round.
 """
 
+import atexit
 import os
 import socket
 
@@ -26,6 +29,17 @@ def _free_loopback_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _stop_server():
+    """Before the interpreter finalizes: a call the daemon has in flight
+    then ends while the server's threads may still take the GIL (at
+    finalization they may not, and the process aborted)."""
+    import jax.profiler  # noqa: PLC0415
+    try:
+        jax.profiler.stop_server()
+    except Exception:  # noqa: BLE001  (stopped already, by the program)
+        pass
 
 
 def attach(port=None):
@@ -41,5 +55,6 @@ def attach(port=None):
         port = port or _free_loopback_port()
         jax.profiler.start_server(port)
         _address = f"127.0.0.1:{port}"
+        atexit.register(_stop_server)
     request("POST", "/v1/xla/endpoints", {"address": _address, "pid": os.getpid()})
     return _address

@@ -355,3 +355,44 @@ def test_ringprof_run_sets_the_injection(tmp_path):
         d.stop()
     kernels = [e for e in json.load(open(out))["trace_events"] if e["type"] == "gpu_kernel"]
     assert [e["name"] for e in kernels] == ["matmul(float const*, float const*, float*, int)"]
+
+
+HOOK_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "python", "hook")
+PLAYS_TORCH = """
+import ctypes, os
+import torch  # the stand-in: ringprof run's hook shares CUPTI once it is imported
+lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
+print("InitializeInjection=%d" % lib.InitializeInjection(), flush=True)
+"""
+
+
+def test_ringprof_run_shares_cupti_in_pytorch_programs(tmp_path):
+    """Under `ringprof run` a PyTorch program needs no change: the start-up
+    hook shares CUPTI with torch.profiler once torch is imported, so the
+    collector records rather than waits."""
+    fake = tmp_path / "fake"
+    for name, text in FAKE_TORCH.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    d = Daemon(tmp_path, config=CONFIG).start()
+    cli = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
+    try:
+        env = dict(d.env(), RINGPROF_CUPTI_INJECTION=SO, LD_LIBRARY_PATH=STUB,
+                   RINGPROF_CUPTI_LIB=FAKE_CUPTI, RINGPROF_PYTHON_HOOK_DIR=HOOK_DIR,
+                   LD_PRELOAD=preloading(FAKE_TORCH_CUDA),
+                   PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"),
+                                                            str(fake)])))
+        env.pop("CUDA_INJECTION64_PATH", None)
+        r = subprocess.run([cli, "--socket", d.socket, "run", "--name", "torch_run", "--",
+                            sys.executable, "-c", PLAYS_TORCH],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "InitializeInjection=1" in r.stdout
+        assert not said(r.stderr) and "this program imports" not in r.stderr and \
+            "cannot set up" not in r.stderr, r.stderr
+        out = tmp_path / "run.json"
+        d.cli("export", "torch_run", "--format", "json", "-o", str(out), check=True)
+    finally:
+        d.stop()
+    kernels = [e for e in json.load(open(out))["trace_events"] if e["type"] == "gpu_kernel"]
+    assert [e["name"] for e in kernels] == ["matmul(float const*, float const*, float*, int)"]

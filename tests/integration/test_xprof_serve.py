@@ -229,6 +229,34 @@ def test_profile_reaches_into_the_past(served, tmp_path):
     assert "phase.a" in got and "phase.b" not in got, got
 
 
+def test_each_capture_writes_its_xspace_once(served):
+    """The XSpace a capture answers with is its session's xplane export,
+    written once: when the answer arrives the session's manifest already
+    records it (with the bytes served), and the exporter, which writes the
+    session's other formats, leaves that file alone."""
+    now = time.time_ns()
+    for back_s in (3, 2, 1):  # past windows: answered at once
+        opts = field(8, now - back_s * 10**9) + field(9, 500)
+        before = {s["path"] for s in served.ok("GET", "/v1/sessions")["sessions"]}
+        served_bytes = tool_data(call(served.port, "Profile", field(1, 500) + field(4, opts)))
+        (path,) = {s["path"] for s in served.ok("GET", "/v1/sessions")["sessions"]} - before
+        (manifest,) = pathlib.Path(path).glob("*.manifest.json")
+        state = json.loads(manifest.read_text())["exports"]["xplane"]
+        assert state == {"state": "written", "bytes": len(served_bytes["xplane.pb"])}, state
+        (xplane,) = pathlib.Path(path).glob("*.xplane.pb")
+        first = os.stat(xplane)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(
+                e["state"] == "pending"
+                for e in json.loads(manifest.read_text())["exports"].values()):
+            time.sleep(0.1)
+        exports = json.loads(manifest.read_text())["exports"]
+        assert all(e["state"] == "written" for e in exports.values()), exports
+        assert set(exports) == {"xplane", "perfetto", "pprof", "json", "summary"}, exports
+        again = os.stat(xplane)
+        assert (again.st_ino, again.st_mtime_ns) == (first.st_ino, first.st_mtime_ns), path
+
+
 def test_get_snapshot_returns_the_recent_past(served, tmp_path):
     """[profiler_service] snapshot = 2s: a marker 4 s old is out, the
     current phase in; the continuous-profiling calls are accepted."""
