@@ -420,15 +420,11 @@ static uint64_t trace_poll_ns(void)
 	return (uint64_t)(ms > 0 && ms <= 60000 ? ms : 200) * 1000000u;
 }
 
+/* An event of the trace, in host ns: into its core's ring. */
 static int put_trace_event(void *ctx, const struct rp_event *ev)
 {
-	int64_t off = *(const int64_t *)ctx;
-	struct rp_event e = *ev;
-	if ((int64_t)e.ts + off < 0)
-		return 0;
-	e.ts = (uint64_t)((int64_t)e.ts + off);
-	e.u.gpu.end = e.u.gpu.end > ev->ts ? e.ts + (ev->u.gpu.end - ev->ts) : e.ts;
-	emit(&e, e.u.gpu.device);
+	(void)ctx;
+	emit(ev, ev->u.gpu.device);
 	return 0;
 }
 
@@ -437,11 +433,11 @@ static void trace_fetch(void)
 	char *buf = NULL;
 	size_t len = 0;
 	if (trace.fetch(&buf, &len, NULL) == NRT_SUCCESS && buf) {
-		/* Epoch ns -> CLOCK_MONOTONIC ns. */
-		int64_t off = -rp_clock_wall_offset_ns();
 		size_t skipped = 0;
 		struct rp_err err = { 0 };
-		if (rp_neuron_trace_parse(buf, len ? len : strlen(buf), put_trace_event, &off,
+		/* Epoch ns -> CLOCK_MONOTONIC ns. */
+		int64_t off = -rp_clock_wall_offset_ns();
+		if (rp_neuron_trace_parse(buf, len ? len : strlen(buf), off, put_trace_event, NULL,
 					  &skipped, &err) < 0 && !getenv("RINGPROF_QUIET"))
 			fprintf(stderr, "ringprof-neuron: %s\n", err.msg);
 	}
