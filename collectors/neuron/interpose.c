@@ -322,8 +322,12 @@ static void call_record(struct call *c, int status)
 /* ---- handle tables: model -> core and id, tensor -> core and name --------
  * Open addressing, lock-free: an insert claims a slot (CAS on the key to
  * BUSY), fills it, then publishes the key; a removal leaves a tombstone.
- * A full table only loses the core of the handles it could not take. */
+ * A handle lives within PROBE_MAX slots of its hash, so that a lookup of
+ * one the table does not hold (a tensor some unwrapped call made) stops
+ * there even once tombstones have filled every empty slot.  A full
+ * neighbourhood only loses the core of the handles it could not take. */
 #define TABLE_SLOTS 4096
+#define PROBE_MAX 64
 #define KEY_EMPTY ((uintptr_t)0)
 #define KEY_BUSY ((uintptr_t)1)
 #define KEY_GONE ((uintptr_t)2)
@@ -352,7 +356,7 @@ static void table_put(struct table *t, const void *h, uint32_t core, uint32_t id
 {
 	if ((uintptr_t)h <= KEY_GONE)
 		return;
-	for (size_t i = 0, at = slot_hash(h); i < TABLE_SLOTS; i++, at = (at + 1) % TABLE_SLOTS) {
+	for (size_t i = 0, at = slot_hash(h); i < PROBE_MAX; i++, at = (at + 1) % TABLE_SLOTS) {
 		struct slot *s = &t->s[at];
 		uintptr_t k = atomic_load_explicit(&s->key, memory_order_relaxed);
 		if ((k != KEY_EMPTY && k != KEY_GONE) ||
@@ -374,7 +378,7 @@ static struct slot *table_get(struct table *t, const void *h)
 {
 	if ((uintptr_t)h <= KEY_GONE)
 		return NULL;
-	for (size_t i = 0, at = slot_hash(h); i < TABLE_SLOTS; i++, at = (at + 1) % TABLE_SLOTS) {
+	for (size_t i = 0, at = slot_hash(h); i < PROBE_MAX; i++, at = (at + 1) % TABLE_SLOTS) {
 		uintptr_t k = atomic_load_explicit(&t->s[at].key, memory_order_acquire);
 		if (k == (uintptr_t)h)
 			return &t->s[at];

@@ -216,6 +216,27 @@ def test_summary_lists_each_neuron_core_ring(two_cores):
         assert sum(e["kind"] == "gpu_activity" for e in mine) == 7, mine
 
 
+def test_tensor_table_after_more_tensors_than_it_holds(daemon, tmp_path):
+    """6000 tensors allocated on core 1 and freed, more than the
+    collector's handle table holds: those it took are freed on nc1 with
+    their name, the rest on the host ring without; the model that follows
+    on core 0 still has its tensor's core and name."""
+    calls, _ = run_app(daemon, [APP_LINKED, "churn"])
+    events = exported(daemon, tmp_path, "neuron_churn")
+    def churned(e):
+        return e["type"] == "api_call" and (e["device"] == "nc1" or e["name"] == "nrt_tensor_free")
+    churn = [e for e in events if churned(e)]
+    rest = [e for e in events if not churned(e)]
+    api = check_calls(calls, rest)
+    check_model_and_tensor_names(api, [0])
+    allocs = [e for e in churn if e["name"].startswith("nrt_tensor_allocate ")]
+    assert len(allocs) == 6000 and all(e["device"] == "nc1" for e in allocs)
+    named = [e for e in churn if e["name"] == "nrt_tensor_free tensor=churn"]
+    assert all(e["device"] == "nc1" for e in named)
+    assert 2048 <= len(named) <= 4096, len(named)
+    assert len(churn) - len(allocs) - len(named) == 6000 - len(named)
+
+
 def test_runtime_without_trace_functions(daemon, tmp_path):
     calls, _ = run_app(daemon, [APP_LINKED, "once"],
                        env_extra={"LD_LIBRARY_PATH": os.path.dirname(FAKE_NRT_NOTRACE)})

@@ -1,11 +1,13 @@
 /* neuron-app: a Neuron workload against the stand-in libnrt, for the
  * collector's tests.
  *
- *   neuron-app-linked once|threads      linked against libnrt.so.1
- *   neuron-app-dlopen LIBNRT_PATH       dlopen + dlsym on the handle
+ *   neuron-app-linked once|threads|churn   linked against libnrt.so.1
+ *   neuron-app-dlopen LIBNRT_PATH          dlopen + dlsym on the handle
  *
  * once: one model on NeuronCore 0; threads: two threads, each its own
- * model on cores 0 and 1.  Each model: a tensor allocated, written, the
+ * model on cores 0 and 1; churn: CHURN_TENSORS tensors "churn" allocated
+ * on core 1 and freed (more than the collector's table holds; not
+ * printed), then as once.  Each model: a tensor allocated, written, the
  * model executed 3 times and once with repeat 2, the tensor read, read
  * once more past its end (NRT_INVALID), freed, the model unloaded.
  * Prints every call as one JSON object per line: call, core (-1: none),
@@ -62,6 +64,18 @@ static void report(const char *call, int core, int status, uint64_t t0)
 		report(call, core, -1, t0_); \
 	} while (0)
 
+#define CHURN_TENSORS 6000
+
+static void churn(void)
+{
+	static nrt_tensor_t *t[CHURN_TENSORS];
+	for (int i = 0; i < CHURN_TENSORS; i++)
+		if (CALL(nrt_tensor_allocate)(NRT_TENSOR_PLACEMENT_DEVICE, 1, 64, "churn", &t[i]))
+			t[i] = NULL;
+	for (int i = 0; i < CHURN_TENSORS; i++)
+		CALL(nrt_tensor_free)(&t[i]);
+}
+
 static void *run_model(void *arg)
 {
 	int core = (int)(intptr_t)arg;
@@ -102,12 +116,14 @@ int main(int argc, char **argv)
 	}
 	NRT_USED(X)
 #undef X
-	bool threads = false;
+	bool threads = false, churned = false;
 #else
-	bool threads = !strcmp(argv[1], "threads");
+	bool threads = !strcmp(argv[1], "threads"), churned = !strcmp(argv[1], "churn");
 #endif
 	TIMED("nrt_init", -1, CALL(nrt_init)(NRT_FRAMEWORK_TYPE_NO_FW, "", ""));
 	TIMED("nrt_build_global_comm", 0, CALL(nrt_build_global_comm)(0, 0, 1));
+	if (churned)
+		churn();
 	if (threads) {
 		pthread_t th[2];
 		for (int i = 0; i < 2; i++)
