@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,7 +145,8 @@ static void rings_free(void *v)
 	struct thread_rings *t = v;
 	for (size_t i = 0; t && i <= NC_MAX; i++)
 		rp_producer_free(t->p[i]);
-	free(t);
+	if (t)
+		(void)munmap(t, sizeof(*t));
 }
 
 static void rings_key_init(void)
@@ -152,13 +154,23 @@ static void rings_key_init(void)
 	(void)pthread_key_create(&rings_key, rings_free);
 }
 
+/* A thread's rings live in pages of their own that a child of fork()
+ * sees zeroed (MADV_WIPEONFORK): the child's calls then ask for rings of
+ * its own instead of writing into its parent's single-producer rings
+ * (which would lose the parent's records), the parent's clients leaked
+ * in it.  A handler of pthread_atfork would not do: an LD_AUDIT module's
+ * libc is not the one that forks. */
 static struct thread_rings *thread_rings(void)
 {
 	if (!my_rings) {
 		(void)pthread_once(&rings_once, rings_key_init);
-		my_rings = calloc(1, sizeof(*my_rings));
-		if (my_rings)
-			(void)pthread_setspecific(rings_key, my_rings);
+		void *m = mmap(NULL, sizeof(*my_rings), PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
+			return NULL;
+		(void)madvise(m, sizeof(*my_rings), MADV_WIPEONFORK);
+		my_rings = m;
+		(void)pthread_setspecific(rings_key, my_rings);
 	}
 	return my_rings;
 }
@@ -413,6 +425,8 @@ struct trace_fns {
 static struct trace_fns trace;
 static pthread_t trace_thread;
 static bool trace_running;
+/* The process that runs it: a child of fork() has no such thread. */
+static pid_t trace_pid;
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t trace_wake = PTHREAD_COND_INITIALIZER;
 static bool trace_quit;
@@ -517,6 +531,7 @@ static void trace_begin(void)
 	/* Started here, the trace misses none of the first executions. */
 	void *started = trace_start_if_drained() ? &trace : NULL;
 	trace_running = pthread_create(&trace_thread, NULL, trace_main, started) == 0;
+	trace_pid = getpid();
 	if (!trace_running && started)
 		(void)trace.stop();
 }
@@ -524,7 +539,7 @@ static void trace_begin(void)
 /* Before nrt_close: the last events, then the trace stops. */
 static void trace_end(void)
 {
-	if (!trace_running)
+	if (!trace_running || trace_pid != getpid())
 		return;
 	(void)pthread_mutex_lock(&trace_lock);
 	trace_quit = true;

@@ -237,6 +237,25 @@ def test_tensor_table_after_more_tensors_than_it_holds(daemon, tmp_path):
     assert len(churn) - len(allocs) - len(named) == 6000 - len(named)
 
 
+def test_child_of_fork_gets_rings_of_its_own(daemon, tmp_path):
+    """A child of fork() that calls the runtime (allocates, writes, frees,
+    closes it) records its calls under its own pid, and does not write
+    into its parent's rings: every call of the parent, before the fork and
+    after it, is there under the parent's pid; the child's nrt_close does
+    not wait for a trace thread it does not have."""
+    calls, _ = run_app(daemon, [APP_LINKED, "fork"])
+    events = exported(daemon, tmp_path, "neuron_fork")
+    parent = calls[0]["pid"]
+    child = {c["pid"] for c in calls} - {parent}
+    assert len(child) == 1, calls
+    for pid in (parent, *child):
+        mine = [e for e in events if e.get("process_id") == pid]
+        check_calls([c for c in calls if c["pid"] == pid], mine)
+    names = [e["name"] for e in events if e["type"] == "api_call" and e["device"] == "nc0" and
+             e["process_id"] in child]
+    assert "nrt_tensor_write tensor=child size=256 status=0" in names, names
+
+
 def test_runtime_without_trace_functions(daemon, tmp_path):
     calls, _ = run_app(daemon, [APP_LINKED, "once"],
                        env_extra={"LD_LIBRARY_PATH": os.path.dirname(FAKE_NRT_NOTRACE)})

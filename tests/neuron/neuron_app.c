@@ -1,24 +1,28 @@
 /* neuron-app: a Neuron workload against the stand-in libnrt, for the
  * collector's tests.
  *
- *   neuron-app-linked once|threads|churn   linked against libnrt.so.1
+ *   neuron-app-linked once|threads|churn|fork   linked against libnrt.so.1
  *   neuron-app-dlopen LIBNRT_PATH          dlopen + dlsym on the handle
  *
  * once: one model on NeuronCore 0; threads: two threads, each its own
  * model on cores 0 and 1; churn: CHURN_TENSORS tensors "churn" allocated
  * on core 1 and freed (more than the collector's table holds; not
- * printed), then as once.  Each model: a tensor allocated, written, the
+ * printed), then as once; fork: as once, then a child of fork() allocates,
+ * writes and frees a tensor "child" on core 0 and closes the runtime,
+ * then the parent runs the model once more.  Each model: a tensor allocated, written, the
  * model executed 3 times and once with repeat 2, the tensor read, read
  * once more past its end (NRT_INVALID), freed, the model unloaded.
  * Prints every call as one JSON object per line: call, core (-1: none),
- * status, outer_ns (the time around the call as the program saw it). */
+ * status, outer_ns (the time around the call as the program saw it), pid. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nrt_api.h"
 
@@ -48,8 +52,8 @@ static void report(const char *call, int core, int status, uint64_t t0)
 {
 	uint64_t t1 = now_ns();
 	(void)pthread_mutex_lock(&out_lock);
-	printf("{\"call\": \"%s\", \"core\": %d, \"status\": %d, \"outer_ns\": %llu}\n", call,
-	       core, status, (unsigned long long)(t1 - t0));
+	printf("{\"call\": \"%s\", \"core\": %d, \"status\": %d, \"outer_ns\": %llu, "
+	       "\"pid\": %d}\n", call, core, status, (unsigned long long)(t1 - t0), (int)getpid());
 	(void)pthread_mutex_unlock(&out_lock);
 }
 
@@ -98,6 +102,36 @@ static void *run_model(void *arg)
 	return NULL;
 }
 
+/* The child of fork: calls of its own on core 0, then the runtime closed. */
+static void child_calls(void)
+{
+	nrt_tensor_t *t = NULL;
+	char buf[256] = "child";
+	TIMED("nrt_tensor_allocate", 0,
+	      CALL(nrt_tensor_allocate)(NRT_TENSOR_PLACEMENT_DEVICE, 0, sizeof(buf), "child", &t));
+	TIMED("nrt_tensor_write", 0, CALL(nrt_tensor_write)(t, buf, 0, sizeof(buf)));
+	TIMED_VOID("nrt_tensor_free", 0, CALL(nrt_tensor_free)(&t));
+	TIMED_VOID("nrt_close", -1, CALL(nrt_close)());
+}
+
+/* As once, with a child of fork() making calls in between: whether the
+ * child exited well. */
+static bool run_forked(void)
+{
+	int status;
+	(void)run_model((void *)(intptr_t)0);
+	(void)fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		child_calls();
+		exit(0);
+	}
+	if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+	    WEXITSTATUS(status))
+		return false;
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -116,14 +150,17 @@ int main(int argc, char **argv)
 	}
 	NRT_USED(X)
 #undef X
-	bool threads = false, churned = false;
+	bool threads = false, churned = false, forked = false;
 #else
 	bool threads = !strcmp(argv[1], "threads"), churned = !strcmp(argv[1], "churn");
+	bool forked = !strcmp(argv[1], "fork");
 #endif
 	TIMED("nrt_init", -1, CALL(nrt_init)(NRT_FRAMEWORK_TYPE_NO_FW, "", ""));
 	TIMED("nrt_build_global_comm", 0, CALL(nrt_build_global_comm)(0, 0, 1));
 	if (churned)
 		churn();
+	if (forked && !run_forked())
+		return 1;
 	if (threads) {
 		pthread_t th[2];
 		for (int i = 0; i < 2; i++)
