@@ -69,14 +69,19 @@ static _Atomic(void *) real_fns[W_COUNT];
 static struct link_map *_Atomic nrt_map;
 static bool audit_mode;
 
-static void *real_fn(enum wrapped w)
+/* The first call of each: out of the call path's way. */
+__attribute__((noinline, cold)) static void *find_real_fn(enum wrapped w)
+{
+	void *f = audit_mode ? NULL : dlsym(RTLD_NEXT, wrapped_names[w]);
+	if (f)
+		atomic_store_explicit(&real_fns[w], f, memory_order_release);
+	return f;
+}
+
+static inline void *real_fn(enum wrapped w)
 {
 	void *f = atomic_load_explicit(&real_fns[w], memory_order_acquire);
-	if (!f && !audit_mode) {
-		f = dlsym(RTLD_NEXT, wrapped_names[w]);
-		atomic_store_explicit(&real_fns[w], f, memory_order_release);
-	}
-	return f;
+	return __builtin_expect(f != NULL, 1) ? f : find_real_fn(w);
 }
 #define REAL(f) ((__typeof__(&f))real_fn(W_##f))
 
@@ -196,7 +201,7 @@ static struct rp_producer *producer_for(struct thread_rings *t, size_t slot)
 
 /* The slow path of ring_for: connecting when due, the heartbeat check
  * every CHECK_EVERY records, and the cache refilled from the client. */
-static bool ring_connect(size_t slot, struct ring_slot *out)
+__attribute__((noinline)) static bool ring_connect(size_t slot, struct ring_slot *out)
 {
 	struct thread_rings *t = thread_rings();
 	struct rp_producer *p = t ? producer_for(t, slot) : NULL;
@@ -223,7 +228,7 @@ static bool ring_connect(size_t slot, struct ring_slot *out)
 
 /* The ring of core for this thread; false while no daemon takes it.  A
  * full ring drops (counted) until the next check. */
-static bool ring_for(uint32_t core, struct ring_slot *out)
+static inline bool ring_for(uint32_t core, struct ring_slot *out)
 {
 	size_t slot = core_slot(core);
 	struct thread_rings *t = my_rings;
@@ -248,11 +253,13 @@ struct name {
 	size_t n;
 };
 
-static void put_mem(struct name *nm, const char *s, size_t n)
+static inline void put_mem(struct name *nm, const char *s, size_t n)
 {
-	if (n > RP_NAME_MAX - nm->n)
-		n = RP_NAME_MAX - nm->n;
-	memcpy(nm->s + nm->n, s, n);
+	/* The copy that fits keeps n as it came, a constant for a literal. */
+	if (n <= RP_NAME_MAX - nm->n)
+		memcpy(nm->s + nm->n, s, n);
+	else
+		memcpy(nm->s + nm->n, s, n = RP_NAME_MAX - nm->n);
 	nm->n += n;
 	nm->s[nm->n] = 0;
 }
@@ -264,7 +271,11 @@ struct lit {
 };
 #define LIT(x) ((struct lit){ "" x, sizeof(x) - 1 })
 
-static void put_lit(struct name *nm, struct lit l)
+/* Inlined where the literal's length is a constant: memcpy becomes a few
+ * moves instead of a call into libc. */
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE void put_lit(struct name *nm, struct lit l)
 {
 	put_mem(nm, l.s, l.n);
 }
@@ -276,14 +287,21 @@ static void put_str(struct name *nm, const char *s)
 	nm->s[nm->n] = 0;
 }
 
+/* The digits of v, written in place; left out whole where they do not
+ * fit (a number cut short would be another number). */
 static void put_u64(struct name *nm, uint64_t v)
 {
-	char d[20];
-	size_t k = sizeof(d);
+	size_t digits = 1;
+	for (uint64_t x = v; x >= 10; x /= 10)
+		digits++;
+	if (digits > RP_NAME_MAX - nm->n)
+		return;
+	nm->n += digits;
+	char *at = nm->s + nm->n;
+	*at = 0;
 	do
-		d[--k] = (char)('0' + v % 10);
-	while ((v /= 10) && k);
-	put_mem(nm, d + k, sizeof(d) - k);
+		*--at = (char)('0' + v % 10);
+	while ((v /= 10));
 }
 /* " key=value" */
 #define PUT_FIELD(nm, key, v) (put_lit(nm, LIT(key)), put_u64(nm, v))
@@ -302,7 +320,7 @@ static uint64_t stamp(const struct ring_slot *s)
 	return s->tsc ? rp_rdtsc() : rp_clock_now_ns();
 }
 
-static bool call_begin(struct call *c, uint32_t core)
+static inline bool call_begin(struct call *c, uint32_t core)
 {
 	if (!ring_for(core, &c->ring))
 		return false;
@@ -313,7 +331,7 @@ static bool call_begin(struct call *c, uint32_t core)
 }
 
 /* The call returned: its end, and its name. */
-static void call_end(struct call *c, struct lit fn)
+INLINE void call_end(struct call *c, struct lit fn)
 {
 	c->t1 = stamp(&c->ring);
 	put_lit(&c->nm, fn);
@@ -590,7 +608,7 @@ EXPORT void nrt_close(void)
 /* nrt_load and nrt_load_collectives: the model takes the core it was
  * loaded on and an id its later calls name (rank: NULL, or the device id
  * and count of a collectives load). */
-static void loaded(struct call *c, bool timed, struct lit fn, size_t size,
+INLINE void loaded(struct call *c, bool timed, struct lit fn, size_t size,
 		   nrt_model_t **model, NRT_STATUS rc, const uint32_t *rank)
 {
 	if (timed)
@@ -643,7 +661,7 @@ EXPORT NRT_STATUS nrt_load_collectives(const void *neff_bytes, size_t size, int3
 
 /* A call on a model (its slot in the table, or NULL), once it returned:
  * " model=ID" and, for repeat >= 0, " repeat=N". */
-static void on_model(struct call *c, struct lit fn, const struct slot *s, int repeat,
+INLINE void on_model(struct call *c, struct lit fn, const struct slot *s, int repeat,
 		     NRT_STATUS rc)
 {
 	call_end(c, fn);
@@ -744,7 +762,7 @@ EXPORT NRT_STATUS nrt_tensor_allocate(nrt_tensor_placement_t tensor_placement, i
 
 /* A call on a tensor (its slot, or NULL) once it returned: " tensor=NAME"
  * and, for size != SIZE_MAX, " size=N". */
-static void on_tensor(struct call *c, struct lit fn, const struct slot *s, size_t size,
+INLINE void on_tensor(struct call *c, struct lit fn, const struct slot *s, size_t size,
 		      int status)
 {
 	call_end(c, fn);
