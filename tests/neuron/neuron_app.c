@@ -6,8 +6,8 @@
  *
  * once: one model on NeuronCore 0; threads: two threads, each its own
  * model on cores 0 and 1; churn: CHURN_TENSORS tensors "churn" allocated
- * on core 1 and freed (more than the collector's table holds; not
- * printed), then as once; fork: as once, then a child of fork() allocates,
+ * on core 1 and freed (more than the collector's table holds), and one
+ * with a 299-byte name (neither printed), then as once; fork: as once, then a child of fork() allocates,
  * writes and frees a tensor "child" on core 0 and closes the runtime,
  * then the parent runs the model once more.  Each model: a tensor allocated, written, the
  * model executed 3 times and once with repeat 2, the tensor read, read
@@ -78,6 +78,12 @@ static void churn(void)
 			t[i] = NULL;
 	for (int i = 0; i < CHURN_TENSORS; i++)
 		CALL(nrt_tensor_free)(&t[i]);
+	/* A name longer than an event name may be. */
+	char name[300];
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	if (!CALL(nrt_tensor_allocate)(NRT_TENSOR_PLACEMENT_DEVICE, 1, 64, name, &t[0]))
+		CALL(nrt_tensor_free)(&t[0]);
 }
 
 static void *run_model(void *arg)
