@@ -145,13 +145,18 @@ static __thread struct thread_rings *my_rings;
 static pthread_key_t rings_key;
 static pthread_once_t rings_once = PTHREAD_ONCE_INIT;
 
+/* The calling thread's rings (v is my_rings), closed: at its exit, as the
+ * key's destructor, where a wrapped call from a later destructor then
+ * gets new ones, which the key's next round frees. */
 static void rings_free(void *v)
 {
 	struct thread_rings *t = v;
-	for (size_t i = 0; t && i <= NC_MAX; i++)
+	if (!t)
+		return;
+	for (size_t i = 0; i <= NC_MAX; i++)
 		rp_producer_free(t->p[i]);
-	if (t)
-		(void)munmap(t, sizeof(*t));
+	(void)munmap(t, sizeof(*t));
+	my_rings = NULL;
 }
 
 static void rings_key_init(void)
@@ -526,7 +531,6 @@ static void *trace_main(void *started_arg)
 		(void)trace.stop();
 	}
 	rings_free(my_rings);
-	my_rings = NULL;
 	(void)pthread_setspecific(rings_key, NULL);
 	return NULL;
 }

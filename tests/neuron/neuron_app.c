@@ -5,7 +5,8 @@
  *   neuron-app-dlopen LIBNRT_PATH          dlopen + dlsym on the handle
  *
  * once: one model on NeuronCore 0; threads: two threads, each its own
- * model on cores 0 and 1; churn: CHURN_TENSORS tensors "churn" allocated
+ * model on cores 0 and 1, and an nrt_build_global_comm on its core from a
+ * thread-specific data destructor as it exits; churn: CHURN_TENSORS tensors "churn" allocated
  * on core 1 and freed (more than the collector's table holds), and one
  * with a 299-byte name (neither printed), then as once; fork: as once, then a child of fork() allocates,
  * writes and frees a tensor "child" on core 0 and closes the runtime,
@@ -86,9 +87,22 @@ static void churn(void)
 		CALL(nrt_tensor_free)(&t[0]);
 }
 
+/* threads: a call at thread exit, from a destructor that runs after the
+ * collector's own (its key is younger). */
+static bool call_at_exit;
+
+static void exit_call(void *arg)
+{
+	int core = (int)(intptr_t)arg - 1;
+	TIMED("nrt_build_global_comm", core, CALL(nrt_build_global_comm)(core, 0, 1));
+}
+
 static void *run_model(void *arg)
 {
 	int core = (int)(intptr_t)arg;
+	pthread_key_t key;
+	if (call_at_exit && !pthread_key_create(&key, exit_call))
+		(void)pthread_setspecific(key, (void *)(intptr_t)(core + 1));
 	static const char neff[1024 + 1] = "NEFF";
 	char tname[16], buf[4096] = "data";
 	nrt_model_t *model = NULL;
@@ -163,6 +177,7 @@ int main(int argc, char **argv)
 #endif
 	TIMED("nrt_init", -1, CALL(nrt_init)(NRT_FRAMEWORK_TYPE_NO_FW, "", ""));
 	TIMED("nrt_build_global_comm", 0, CALL(nrt_build_global_comm)(0, 0, 1));
+	call_at_exit = threads;
 	if (churned)
 		churn();
 	if (forked && !run_forked())
