@@ -34,7 +34,8 @@ static bool event_core(json_t *o, uint64_t *core)
 {
 	const char *g = json_string_value(json_object_get(o, "group"));
 	const char *nc = g ? strstr(g, "nc-") : NULL;
-	if (nc) {
+	/* Digits only: strtoul would take a sign or blanks too. */
+	if (nc && nc[3] >= '0' && nc[3] <= '9') {
 		char *end;
 		errno = 0;
 		unsigned long n = strtoul(nc + 3, &end, 10);
@@ -46,8 +47,19 @@ static bool event_core(json_t *o, uint64_t *core)
 	return field_u64(o, "lnc_idx", core) && *core <= UINT32_MAX;
 }
 
-int rp_neuron_trace_parse(const char *buf, size_t len, rp_event_fn fn, void *ctx,
-			  size_t *skipped, struct rp_err *err)
+/* Epoch ns moved by offset_ns into the host clock, whose range is
+ * [0, INT64_MAX]; false for a time outside it. */
+static bool to_host(uint64_t epoch, int64_t offset_ns, uint64_t *out)
+{
+	int64_t t;
+	if (epoch > INT64_MAX || __builtin_add_overflow((int64_t)epoch, offset_ns, &t) || t < 0)
+		return false;
+	*out = (uint64_t)t;
+	return true;
+}
+
+int rp_neuron_trace_parse(const char *buf, size_t len, int64_t offset_ns, rp_event_fn fn,
+			  void *ctx, size_t *skipped, struct rp_err *err)
 {
 	json_error_t jerr;
 	json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -74,18 +86,19 @@ int rp_neuron_trace_parse(const char *buf, size_t len, rp_event_fn fn, void *ctx
 			continue;
 		}
 		(void)field_u64(o, "duration", &dur);
+		struct rp_event ev = { .kind = RP_EV_GPU_ACTIVITY };
+		if (dur > UINT64_MAX - ts || !to_host(ts, offset_ns, &ev.ts) ||
+		    !to_host(ts + dur, offset_ns, &ev.u.gpu.end)) {
+			(*skipped)++;
+			continue;
+		}
 		char full[RP_NAME_MAX + 1];
 		const char *tensor = json_string_value(json_object_get(o, "tensor_name"));
 		if (tensor)
 			(void)snprintf(full, sizeof(full), "%s tensor=%s", name, tensor);
 		else
 			(void)snprintf(full, sizeof(full), "%s", name);
-		struct rp_event ev = {
-			.kind = RP_EV_GPU_ACTIVITY,
-			.ts = ts,
-			.name = full,
-		};
-		ev.u.gpu.end = dur > UINT64_MAX - ts ? UINT64_MAX : ts + dur;
+		ev.name = full;
 		ev.u.gpu.device = (uint32_t)core;
 		ev.u.gpu.kind = tensor || field_u64(o, "size", &v) ? RP_GPU_MEMCPY : RP_GPU_KERNEL;
 		if (field_u64(o, "size", &v))

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import CONFIG
-from daemon_harness import BUILD, SANITIZED, Daemon
+from daemon_harness import BUILD, SANITIZED, Daemon, dump
 
 TESTS = os.path.join(BUILD, "tests", "neuron")
 LIB = os.environ.get("RINGPROF_NEURON_LIB",
@@ -42,11 +42,22 @@ def run_app(d, argv, how="LD_PRELOAD", env_extra=None):
     return [json.loads(line) for line in out.stdout.splitlines()], out.stderr
 
 
-def exported(d, tmp_path, name):
-    d.cli("snapshot", "--last", "60s", "--name", name, "--json", check=True)
+def snapshot(d, name):
+    """The last minute as session name; its directory."""
+    r = d.cli("snapshot", "--last", "60s", "--name", name, "--json", check=True)
+    return json.loads(r.stdout)["path"]
+
+
+def export_json(d, tmp_path, name):
+    """Session name's events, as `ringprof export --format json` writes them."""
     out = tmp_path / (name + ".json")
     d.cli("export", name, "--format", "json", "-o", str(out), check=True)
     return json.load(open(out))["trace_events"]
+
+
+def exported(d, tmp_path, name):
+    snapshot(d, name)
+    return export_json(d, tmp_path, name)
 
 
 def ring_of(core):
@@ -131,9 +142,26 @@ def test_dlopen_program_through_ld_audit(daemon, tmp_path):
     check_sys_trace(events, [0])
 
 
-def test_two_models_on_two_cores_from_two_threads(daemon, tmp_path):
-    calls, _ = run_app(daemon, [APP_LINKED, "threads"])
-    events = exported(daemon, tmp_path, "neuron_threads")
+@pytest.fixture(scope="module")
+def two_cores(tmp_path_factory):
+    """Two models on two cores from two threads, as session neuron_threads
+    of a daemon of its own: (daemon, the calls the program made, the
+    session's events as `ringprof export` wrote them, its directory)."""
+    tmp = tmp_path_factory.mktemp("neuron_threads")
+    d = Daemon(tmp, config=CONFIG).start()
+    try:
+        calls, _ = run_app(d, [APP_LINKED, "threads"])
+        path = snapshot(d, "neuron_threads")
+        yield d, calls, export_json(d, tmp, "neuron_threads"), path
+    finally:
+        d.stop()
+
+
+def test_two_models_on_two_cores_from_two_threads(two_cores):
+    """Each thread's calls on its core, and the call each makes from a
+    thread-exit destructor that runs after the collector closed the
+    thread's rings (check_calls: every call the program made is there)."""
+    daemon, calls, events, _ = two_cores
     api = check_calls(calls, events)
     check_model_and_tensor_names(api, [0, 1])
     check_sys_trace(events, [0, 1])
@@ -151,6 +179,90 @@ def test_two_models_on_two_cores_from_two_threads(daemon, tmp_path):
         assert busy and all(b.endswith("%") and float(b[:-1]) > 0 for b in busy), out
         assert ("nc%d" % core, busy[0], "nrt_execute", "3") in rows, out
         assert ("nc%d" % core, busy[0], "nc_exec", "5") in rows, out
+
+
+def device_table(summary):
+    """`ringprof summary`'s table of device rings: {device: (events,
+    dropped, lost, what it is)}."""
+    lines = summary.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:5] ==
+                 ["device", "events", "dropped", "lost", "is"])
+    table = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        device, events, dropped, lost, what = line.split(None, 4)
+        table[device] = (int(events), int(dropped), int(lost), what)
+    return table
+
+
+def test_summary_lists_each_neuron_core_ring(two_cores):
+    """The summary's device table has a row per NeuronCore the program
+    used, a neuron_core with its index, holding what the session's chunk
+    files hold for it (read back by session-dump): the core's API calls
+    and its system-trace events among them."""
+    daemon, calls, _, path = two_cores
+    table = device_table(daemon.cli("summary", "neuron_threads", check=True).stdout)
+    assert sorted(d for d in table if d.startswith("nc")) == ["nc0", "nc1"], table
+    assert table["host"][3] == "host", table
+    held = dump(path, all_events=True)
+    for core in (0, 1):
+        ring = "nc%d" % core
+        events, dropped, lost, what = table[ring]
+        assert what == "neuron_core %d" % core, table
+        assert (dropped, lost) == (0, 0), table
+        mine = [e for e in held if e["device"] == ring]
+        assert events == len(mine), (table, ring, len(mine))
+        assert sum(e["kind"] == "api_call" for e in mine) == \
+            sum(c["core"] == core for c in calls), (ring, calls)
+        # 5 executions and 2 tensor copies in the stand-in's trace.
+        assert sum(e["kind"] == "gpu_activity" for e in mine) == 7, mine
+
+
+def test_tensor_table_after_more_tensors_than_it_holds(daemon, tmp_path):
+    """6000 tensors allocated on core 1 and freed, more than the
+    collector's handle table holds: those it took are freed on nc1 with
+    their name, the rest on the host ring without; the model that follows
+    on core 0 still has its tensor's core and name."""
+    calls, _ = run_app(daemon, [APP_LINKED, "churn"])
+    events = exported(daemon, tmp_path, "neuron_churn")
+    def churned(e):
+        return e["type"] == "api_call" and (e["device"] == "nc1" or e["name"] == "nrt_tensor_free")
+    churn = [e for e in events if churned(e)]
+    rest = [e for e in events if not churned(e)]
+    api = check_calls(calls, rest)
+    check_model_and_tensor_names(api, [0])
+    allocs = [e for e in churn if e["name"].startswith("nrt_tensor_allocate tensor=churn ")]
+    assert len(allocs) == 6000 and all(e["device"] == "nc1" for e in allocs)
+    named = [e for e in churn if e["name"] == "nrt_tensor_free tensor=churn"]
+    assert all(e["device"] == "nc1" for e in named)
+    assert 2048 <= len(named) <= 4096, len(named)
+    assert sum(e["name"] == "nrt_tensor_free" and e["device"] == "host"
+               for e in churn) == 6000 - len(named)
+    # A 299-byte tensor name: the event name stops at 255 bytes, with no
+    # number cut short after it; the table keeps its first 47 bytes.
+    long = [e["name"] for e in churn if "tensor=xx" in e["name"]]
+    assert long == ["nrt_tensor_allocate tensor=" + "x" * (255 - 27),
+                    "nrt_tensor_free tensor=" + "x" * 47], long
+
+
+def test_child_of_fork_gets_rings_of_its_own(daemon, tmp_path):
+    """A child of fork() that calls the runtime (allocates, writes, frees,
+    closes it) records its calls under its own pid, and does not write
+    into its parent's rings: every call of the parent, before the fork and
+    after it, is there under the parent's pid; the child's nrt_close does
+    not wait for a trace thread it does not have."""
+    calls, _ = run_app(daemon, [APP_LINKED, "fork"])
+    events = exported(daemon, tmp_path, "neuron_fork")
+    parent = calls[0]["pid"]
+    child = {c["pid"] for c in calls} - {parent}
+    assert len(child) == 1, calls
+    for pid in (parent, *child):
+        mine = [e for e in events if e.get("process_id") == pid]
+        check_calls([c for c in calls if c["pid"] == pid], mine)
+    names = [e["name"] for e in events if e["type"] == "api_call" and e["device"] == "nc0" and
+             e["process_id"] in child]
+    assert "nrt_tensor_write tensor=child size=256 status=0" in names, names
 
 
 def test_runtime_without_trace_functions(daemon, tmp_path):
@@ -178,7 +290,9 @@ def test_no_daemon_changes_nothing(tmp_path):
                      for c in map(json.loads, bare.stdout.splitlines())] or \
         sorted(strip) == sorted((c["call"], c["core"], c["status"])
                                 for c in map(json.loads, bare.stdout.splitlines()))
-    assert len(calls) == 2 + 2 * 11 + 1
+    # nrt_init, the first nrt_build_global_comm, 11 calls a model and one
+    # at each thread's exit, nrt_close.
+    assert len(calls) == 2 + 2 * (11 + 1) + 1
 
 
 def test_ringprof_run_preloads_the_collector(daemon, tmp_path):

@@ -1,22 +1,29 @@
 /* neuron-app: a Neuron workload against the stand-in libnrt, for the
  * collector's tests.
  *
- *   neuron-app-linked once|threads      linked against libnrt.so.1
- *   neuron-app-dlopen LIBNRT_PATH       dlopen + dlsym on the handle
+ *   neuron-app-linked once|threads|churn|fork   linked against libnrt.so.1
+ *   neuron-app-dlopen LIBNRT_PATH          dlopen + dlsym on the handle
  *
  * once: one model on NeuronCore 0; threads: two threads, each its own
- * model on cores 0 and 1.  Each model: a tensor allocated, written, the
+ * model on cores 0 and 1, and an nrt_build_global_comm on its core from a
+ * thread-specific data destructor as it exits; churn: CHURN_TENSORS tensors "churn" allocated
+ * on core 1 and freed (more than the collector's table holds), and one
+ * with a 299-byte name (neither printed), then as once; fork: as once, then a child of fork() allocates,
+ * writes and frees a tensor "child" on core 0 and closes the runtime,
+ * then the parent runs the model once more.  Each model: a tensor allocated, written, the
  * model executed 3 times and once with repeat 2, the tensor read, read
  * once more past its end (NRT_INVALID), freed, the model unloaded.
  * Prints every call as one JSON object per line: call, core (-1: none),
- * status, outer_ns (the time around the call as the program saw it). */
+ * status, outer_ns (the time around the call as the program saw it), pid. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "nrt_api.h"
 
@@ -46,8 +53,8 @@ static void report(const char *call, int core, int status, uint64_t t0)
 {
 	uint64_t t1 = now_ns();
 	(void)pthread_mutex_lock(&out_lock);
-	printf("{\"call\": \"%s\", \"core\": %d, \"status\": %d, \"outer_ns\": %llu}\n", call,
-	       core, status, (unsigned long long)(t1 - t0));
+	printf("{\"call\": \"%s\", \"core\": %d, \"status\": %d, \"outer_ns\": %llu, "
+	       "\"pid\": %d}\n", call, core, status, (unsigned long long)(t1 - t0), (int)getpid());
 	(void)pthread_mutex_unlock(&out_lock);
 }
 
@@ -62,9 +69,40 @@ static void report(const char *call, int core, int status, uint64_t t0)
 		report(call, core, -1, t0_); \
 	} while (0)
 
+#define CHURN_TENSORS 6000
+
+static void churn(void)
+{
+	static nrt_tensor_t *t[CHURN_TENSORS];
+	for (int i = 0; i < CHURN_TENSORS; i++)
+		if (CALL(nrt_tensor_allocate)(NRT_TENSOR_PLACEMENT_DEVICE, 1, 64, "churn", &t[i]))
+			t[i] = NULL;
+	for (int i = 0; i < CHURN_TENSORS; i++)
+		CALL(nrt_tensor_free)(&t[i]);
+	/* A name longer than an event name may be. */
+	char name[300];
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	if (!CALL(nrt_tensor_allocate)(NRT_TENSOR_PLACEMENT_DEVICE, 1, 64, name, &t[0]))
+		CALL(nrt_tensor_free)(&t[0]);
+}
+
+/* threads: a call at thread exit, from a destructor that runs after the
+ * collector's own (its key is younger). */
+static bool call_at_exit;
+
+static void exit_call(void *arg)
+{
+	int core = (int)(intptr_t)arg - 1;
+	TIMED("nrt_build_global_comm", core, CALL(nrt_build_global_comm)(core, 0, 1));
+}
+
 static void *run_model(void *arg)
 {
 	int core = (int)(intptr_t)arg;
+	pthread_key_t key;
+	if (call_at_exit && !pthread_key_create(&key, exit_call))
+		(void)pthread_setspecific(key, (void *)(intptr_t)(core + 1));
 	static const char neff[1024 + 1] = "NEFF";
 	char tname[16], buf[4096] = "data";
 	nrt_model_t *model = NULL;
@@ -82,6 +120,36 @@ static void *run_model(void *arg)
 	TIMED_VOID("nrt_tensor_free", core, CALL(nrt_tensor_free)(&t));
 	TIMED("nrt_unload", core, CALL(nrt_unload)(model));
 	return NULL;
+}
+
+/* The child of fork: calls of its own on core 0, then the runtime closed. */
+static void child_calls(void)
+{
+	nrt_tensor_t *t = NULL;
+	char buf[256] = "child";
+	TIMED("nrt_tensor_allocate", 0,
+	      CALL(nrt_tensor_allocate)(NRT_TENSOR_PLACEMENT_DEVICE, 0, sizeof(buf), "child", &t));
+	TIMED("nrt_tensor_write", 0, CALL(nrt_tensor_write)(t, buf, 0, sizeof(buf)));
+	TIMED_VOID("nrt_tensor_free", 0, CALL(nrt_tensor_free)(&t));
+	TIMED_VOID("nrt_close", -1, CALL(nrt_close)());
+}
+
+/* As once, with a child of fork() making calls in between: whether the
+ * child exited well. */
+static bool run_forked(void)
+{
+	int status;
+	(void)run_model((void *)(intptr_t)0);
+	(void)fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		child_calls();
+		exit(0);
+	}
+	if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+	    WEXITSTATUS(status))
+		return false;
+	return true;
 }
 
 int main(int argc, char **argv)
@@ -102,12 +170,18 @@ int main(int argc, char **argv)
 	}
 	NRT_USED(X)
 #undef X
-	bool threads = false;
+	bool threads = false, churned = false, forked = false;
 #else
-	bool threads = !strcmp(argv[1], "threads");
+	bool threads = !strcmp(argv[1], "threads"), churned = !strcmp(argv[1], "churn");
+	bool forked = !strcmp(argv[1], "fork");
 #endif
 	TIMED("nrt_init", -1, CALL(nrt_init)(NRT_FRAMEWORK_TYPE_NO_FW, "", ""));
 	TIMED("nrt_build_global_comm", 0, CALL(nrt_build_global_comm)(0, 0, 1));
+	call_at_exit = threads;
+	if (churned)
+		churn();
+	if (forked && !run_forked())
+		return 1;
 	if (threads) {
 		pthread_t th[2];
 		for (int i = 0; i < 2; i++)

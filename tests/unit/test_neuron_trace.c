@@ -30,11 +30,18 @@ static int keep(void *ctx, const struct rp_event *ev)
 	return 0;
 }
 
-static int parse(const char *json, struct got *g, size_t *skipped, struct rp_err *err)
+/* With offset: host ns = epoch ns + offset. */
+static int parse_at(const char *json, int64_t offset, struct got *g, size_t *skipped,
+		    struct rp_err *err)
 {
 	memset(g, 0, sizeof(*g));
 	*skipped = 0;
-	return rp_neuron_trace_parse(json, strlen(json), keep, g, skipped, err);
+	return rp_neuron_trace_parse(json, strlen(json), offset, keep, g, skipped, err);
+}
+
+static int parse(const char *json, struct got *g, size_t *skipped, struct rp_err *err)
+{
+	return parse_at(json, 0, g, skipped, err);
 }
 
 static void every_field_lands(void **state)
@@ -87,6 +94,43 @@ static void object_with_events_and_skips(void **state)
 	assert_true(g.ev[0].u.gpu.end == 9);
 }
 
+/* Times come into the host clock by the offset; those that cannot
+ * (before its zero, past INT64_MAX, a duration that wraps) are skipped, as
+ * are cores written with a sign or blanks. */
+static void times_and_cores_that_do_not_fit_are_skipped(void **state)
+{
+	(void)state;
+	struct got g;
+	size_t skipped;
+	struct rp_err err = { 0 };
+	const int64_t boot = 1764180000000000000;
+	assert_int_equal(parse_at("[{\"name\":\"max\",\"timestamp\":\"18446744073709551615\","
+				  "\"lnc_idx\":0},"
+				  "{\"name\":\"wraps\",\"timestamp\":\"9223372036854775807\","
+				  "\"duration\":1,\"lnc_idx\":0},"
+				  "{\"name\":\"long\",\"timestamp\":1764180000000000000,"
+				  "\"duration\":\"18446744073709551615\",\"lnc_idx\":0},"
+				  "{\"name\":\"before\",\"timestamp\":5,\"lnc_idx\":0},"
+				  "{\"name\":\"neg\",\"timestamp\":1764180000000000001,"
+				  "\"group\":\"nrt-nc--1\"},"
+				  "{\"name\":\"blank\",\"timestamp\":1764180000000000001,"
+				  "\"group\":\"nrt-nc- 3\"},"
+				  "{\"name\":\"plus\",\"timestamp\":1764180000000000100,"
+				  "\"duration\":50,\"group\":\"nrt-nc-+3\",\"lnc_idx\":2}]",
+				  -boot, &g, &skipped, &err), 1);
+	assert_int_equal(skipped, 6);
+	assert_string_equal(g.names[0], "plus");
+	assert_true(g.ev[0].ts == 100 && g.ev[0].u.gpu.end == 150);
+	assert_int_equal(g.ev[0].u.gpu.device, 2);
+	/* The far end of the clock still fits. */
+	assert_int_equal(parse_at("[{\"name\":\"top\",\"timestamp\":\"9223372036854775806\","
+				  "\"duration\":1,\"lnc_idx\":0}]", 0, &g, &skipped, &err), 1);
+	assert_true(g.ev[0].u.gpu.end == INT64_MAX);
+	assert_int_equal(parse_at("[{\"name\":\"late\",\"timestamp\":5,\"lnc_idx\":0}]",
+				  INT64_MAX, &g, &skipped, &err), 0);
+	assert_int_equal(skipped, 1);
+}
+
 static void not_a_trace_is_an_error(void **state)
 {
 	(void)state;
@@ -108,6 +152,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(every_field_lands),
 		cmocka_unit_test(object_with_events_and_skips),
+		cmocka_unit_test(times_and_cores_that_do_not_fit_are_skipped),
 		cmocka_unit_test(not_a_trace_is_an_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
