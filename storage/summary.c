@@ -668,7 +668,10 @@ static void print_gpus(FILE *out, const struct tally *t)
 	bool header = false;
 	for (size_t d = 0; d < MAX_GPUS; d++) {
 		const struct gpu_busy *g = &t->gpus[d];
-		if (!g->kernels)
+		const struct rp_device_identity *id = rp_reader_device_identity(t->r, d);
+		/* GPUs only: a NeuronCore's activity has its row in the
+		 * device table (print_device_calls). */
+		if (!g->kernels || (id && id->kind != RP_DEVICE_GPU))
 			continue;
 		if (!header) {
 			fprintf(out, "\n%-12s %8s %10s %12s\n", "gpu", "busy %", "kernels", "kernel ms");
