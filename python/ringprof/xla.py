@@ -16,7 +16,6 @@ a process at a time: while ringprofd pulls, jax.profiler.trace() in the
 same process fails, and the other way round.
 """
 
-import atexit
 import os
 import socket
 
@@ -29,17 +28,6 @@ def _free_loopback_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _stop_server():
-    """Before the interpreter finalizes: a call the daemon has in flight
-    then ends while the server's threads may still take the GIL (at
-    finalization they may not, and the process aborted)."""
-    import jax.profiler  # noqa: PLC0415
-    try:
-        jax.profiler.stop_server()
-    except Exception:  # noqa: BLE001  (stopped already, by the program)
-        pass
 
 
 def attach(port=None):
@@ -55,6 +43,5 @@ def attach(port=None):
         port = port or _free_loopback_port()
         jax.profiler.start_server(port)
         _address = f"127.0.0.1:{port}"
-        atexit.register(_stop_server)
     request("POST", "/v1/xla/endpoints", {"address": _address, "pid": os.getpid()})
     return _address

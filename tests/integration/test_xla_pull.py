@@ -658,7 +658,7 @@ def test_ringprof_run_attaches_jax_programs(tmp_path):
     try:
         r = subprocess.run([CLI, "--socket", d.socket, "run", "--name", "jaxrun", "--",
                             sys.executable, str(WORKLOAD), "0", "8"], env=run_env(d),
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         assert "imports jax, but" not in r.stderr and "cannot attach" not in r.stderr, r.stderr
         out = tmp_path / "run.json"
