@@ -131,13 +131,18 @@ def test_records_reach_the_physical_gpus_ring(tmp_path):
         d.stop()
     gpu = [e for e in evs if e["kind"] == "gpu_activity"]
     assert {e["device"] for e in gpu} == {"gpu3"}, gpu
-    assert sorted(e["name"] for e in gpu) == ["Memcpy HtoD", "Memset", "_Z6matmulPKfS0_Pfi"]
+    # Mangled in the ring, unless the workload has a C++ runtime to
+    # demangle with (the sanitized pass's preloaded ASan runtime brings
+    # __cxa_demangle).
+    assert sorted(e["name"] for e in gpu) in (
+        ["Memcpy HtoD", "Memset", "_Z6matmulPKfS0_Pfi"],
+        ["Memcpy HtoD", "Memset", "matmul(float const*, float const*, float*, int)"]), gpu
     api = [e for e in evs if e["kind"] == "api_call"]
     names = sorted(e["name"] for e in api)
     # cudaGetDevice is in the noisy table: not recorded.
     assert names == ["cudaLaunchKernel_v7000", "sync: stream synchronize"], names
     launch = next(e for e in api if e["name"] == "cudaLaunchKernel_v7000")
-    kern = next(e for e in gpu if e["name"].startswith("_Z"))
+    kern = next(e for e in gpu if "matmul" in e["name"])
     # Host clock: the launch precedes its kernel by the 5 us the stand-in put.
     assert kern["ts"] - launch["ts"] == 5000
     # Mangled in the ring, demangled by the exporter.
@@ -327,7 +332,7 @@ def test_takes_turns_with_torch_profiler(tmp_path):
                      "ringprof-cupti: resumed"], marks
     # The stand-in delivers one batch per flush: at the pause (our buffers
     # back to us) and at exit (armed again after the resume).
-    kernels = [e for e in evs if e["kind"] == "gpu_activity" and e["name"].startswith("_Z")]
+    kernels = [e for e in evs if e["kind"] == "gpu_activity" and "matmul" in e["name"]]
     assert len(kernels) == 2, evs
 
 

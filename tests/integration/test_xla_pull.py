@@ -626,7 +626,9 @@ def test_ringprof_run_hook_leaves_other_programs_alone(tmp_path):
     d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="")).start()
     try:
         (own / "sitecustomize.py").write_text("import builtins\nbuiltins.OWN_SITE = 1\n")
-        env = run_env(d)
+        # No jax here: the sanitized pass's ASan runtime stays preloaded
+        # (ringprof run adds the Neuron collector, built with it, after it).
+        env = dict(d.env(), RINGPROF_PYTHON_HOOK_DIR=str(HOOK_DIR))
         env["PYTHONPATH"] = os.pathsep.join([str(own), env.get("PYTHONPATH", "")])
         r = subprocess.run([CLI, "--socket", d.socket, "run", "--name", "nojax", "--",
                             sys.executable, "-c",
@@ -638,7 +640,7 @@ def test_ringprof_run_hook_leaves_other_programs_alone(tmp_path):
         assert xla_collector(d)["endpoints"] == 0
         r = subprocess.run([CLI, "--socket", d.socket, "run", "--no-xla", "--name", "noxla", "--",
                             sys.executable, "-c", "import os; print(os.environ.get("
-                            "'RINGPROF_XLA_ATTACH'))"], env=run_env(d), capture_output=True,
+                            "'RINGPROF_XLA_ATTACH'))"], env=env, capture_output=True,
                            text=True, timeout=120)
         assert r.stdout.split() == ["None"], (r.stdout, r.stderr)
     finally:
