@@ -64,6 +64,19 @@ def folded(d, session, pid, tmp_path):
     return stacks
 
 
+def run_and_snapshot(daemon, python, script, tmp_path):
+    """Runs script for 3 s, then snapshots the daemon once the process has
+    exited and been reaped (only the ring knows its code then): its
+    stacks, from the folded export filtered to its pid."""
+    p = subprocess.run([python, script, "3"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.split()[0])
+    time.sleep(2)
+    session = f"py-{pid}"
+    daemon.cli("snapshot", "--last", "8s", "--name", session, check=True)
+    return folded(daemon, session, pid, tmp_path)
+
+
 FRAME = re.compile(r"^(\S+) \((.*):(\d+)\)$")
 
 
@@ -94,13 +107,7 @@ def chain_share(stacks):
 def test_python_stacks_named_after_exit(daemon, python, tmp_path):
     if not os.access(python, os.X_OK):
         pytest.skip(f"{python} is not installed")
-    p = subprocess.run([python, PY_BURN, "3"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    pid = int(p.stdout.split()[0])
-    time.sleep(2)  # exited and reaped: only the ring knows its code now
-    session = f"py-{pid}"
-    daemon.cli("snapshot", "--last", "8s", "--name", session, check=True)
-    stacks = folded(daemon, session, pid, tmp_path)
+    stacks = run_and_snapshot(daemon, python, PY_BURN, tmp_path)
     hit, total = chain_share(stacks)
     assert total >= 100, stacks
     assert hit > total / 2, (hit, total, stacks[:20])
@@ -158,13 +165,7 @@ def test_python_c_python_stack_in_order(daemon, tmp_path):
     python = "/usr/bin/python3.11"
     if not os.access(python, os.X_OK):
         pytest.skip(f"{python} is not installed")
-    p = subprocess.run([python, PY_QSORT, "3"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    pid = int(p.stdout.split()[0])
-    time.sleep(1)
-    session = f"pyc-{pid}"
-    daemon.cli("snapshot", "--last", "7s", "--name", session, check=True)
-    stacks = folded(daemon, session, pid, tmp_path)
+    stacks = run_and_snapshot(daemon, python, PY_QSORT, tmp_path)
     total = sum(n for _, n in stacks)
     hit = sum(n for s, n in stacks if python_c_python(s))
     assert total >= 100, stacks
