@@ -145,26 +145,6 @@ static bool first_sight(struct cpu *c, uint32_t tid)
 	}
 }
 
-/* The frame-pointer walk (walk, nwalk frames) agrees with the CFI unwind
- * (cfi, ncfi) when all its frames but the last (which may be garbage read
- * past the last frame pointer) are the unwind's: frame pointers all the
- * way, except in the C library's start code.  A leaf function built
- * without a frame (-momit-leaf-frame-pointer, as in most frame-pointer
- * builds) hides its caller, the unwind's second frame, from every walk:
- * the walk agrees without it too, or a frame-pointer process whose samples
- * land in such leaves would be copied and unwound for ever (bench/overhead). */
-static bool fp_walk_agrees(const uint64_t *walk, unsigned nwalk, const uint64_t *cfi,
-			   unsigned ncfi)
-{
-	if (nwalk < 3 || walk[0] != cfi[0])
-		return false;
-	for (unsigned hidden = 0; hidden <= 1; hidden++)
-		if (ncfi + 1 >= nwalk + hidden &&
-		    !memcmp(walk + 1, cfi + 1 + hidden, (nwalk - 2) * sizeof(walk[0])))
-			return true;
-	return false;
-}
-
 /* The sample with its user stack unwound with CFI, when the sampler copied
  * the stack and the unwind reaches further than the frame-pointer walk. */
 static struct rp_event unwind(struct cpu *c, const struct rp_event *ev)
@@ -177,7 +157,7 @@ static struct rp_event unwind(struct cpu *c, const struct rp_event *ev)
 				      .bp = st->bp, .stack = st->bytes, .len = st->len };
 	unsigned n = rp_unwind_stack(c->unwind, &in, c->unwound + nkernel, depth - nkernel);
 	unsigned nuser = ev->u.sample.nframes - nkernel;
-	bool agree = fp_walk_agrees(ev->u.sample.frames + nkernel, nuser, c->unwound + nkernel, n);
+	bool agree = rp_unwind_fp_agrees(ev->u.sample.frames + nkernel, nuser, c->unwound + nkernel, n);
 	if (rp_unwind_vote(c->unwind, ev->pid, agree))
 		(void)rp_sampler_trust_fp(c->sampler, ev->pid, ev->ts + TRUST_FP_NS);
 	if (nkernel + n <= ev->u.sample.nframes)
