@@ -156,13 +156,8 @@ static struct rp_event unwind(struct cpu *c, const struct rp_event *ev)
 	struct rp_unwind_input in = { .pid = ev->pid, .tid = ev->tid, .ip = st->ip, .sp = st->sp,
 				      .bp = st->bp, .stack = st->bytes, .len = st->len };
 	unsigned n = rp_unwind_stack(c->unwind, &in, c->unwound + nkernel, depth - nkernel);
-	/* The walk agrees when all its frames but the last (which may be
-	 * garbage read past the last frame pointer) are the unwind's: frame
-	 * pointers all the way, except in the C library's start code. */
 	unsigned nuser = ev->u.sample.nframes - nkernel;
-	bool agree = nuser >= 3 && n + 1 >= nuser &&
-		     !memcmp(c->unwound + nkernel, ev->u.sample.frames + nkernel,
-			     (nuser - 1) * sizeof(c->unwound[0]));
+	bool agree = rp_unwind_fp_agrees(ev->u.sample.frames + nkernel, nuser, c->unwound + nkernel, n);
 	if (rp_unwind_vote(c->unwind, ev->pid, agree))
 		(void)rp_sampler_trust_fp(c->sampler, ev->pid, ev->ts + TRUST_FP_NS);
 	if (nkernel + n <= ev->u.sample.nframes)

@@ -213,6 +213,17 @@ unsigned rp_unwind_stack(struct rp_unwind *u, const struct rp_unwind_input *in, 
 	return u->n;
 }
 
+bool rp_unwind_fp_agrees(const uint64_t *walk, unsigned nwalk, const uint64_t *cfi, unsigned ncfi)
+{
+	if (nwalk < 3 || walk[0] != cfi[0])
+		return false;
+	for (unsigned hidden = 0; hidden <= 1; hidden++)
+		if (ncfi + 1 >= nwalk + hidden &&
+		    !memcmp(walk + 1, cfi + 1 + hidden, (nwalk - 2) * sizeof(walk[0])))
+			return true;
+	return false;
+}
+
 bool rp_unwind_vote(struct rp_unwind *u, uint32_t pid, bool agree)
 {
 	for (unsigned i = 0; i < RP_UNWIND_PROCS; i++) {

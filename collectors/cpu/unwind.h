@@ -52,6 +52,16 @@ void rp_unwind_free(struct rp_unwind *u);
 unsigned rp_unwind_stack(struct rp_unwind *u, const struct rp_unwind_input *in, uint64_t *out,
 			 unsigned max);
 
+/* The frame-pointer walk (walk, nwalk frames) agrees with the CFI unwind
+ * (cfi, ncfi) when all its frames but the last (which may be garbage read
+ * past the last frame pointer) are the unwind's: frame pointers all the
+ * way, except in the C library's start code.  A leaf function built
+ * without a frame (-momit-leaf-frame-pointer, as in most frame-pointer
+ * builds) hides its caller, the unwind's second frame, from every walk:
+ * the walk agrees without it too, or a frame-pointer process whose samples
+ * land in such leaves would be copied and unwound for ever (bench/overhead). */
+bool rp_unwind_fp_agrees(const uint64_t *walk, unsigned nwalk, const uint64_t *cfi, unsigned ncfi);
+
 /* After an unwind of pid: whether its frame-pointer walk agreed with it.
  * True once RP_UNWIND_AGREE walks in a row did (then it counts again):
  * the process's walks can be trusted without a copy for a while. */

@@ -18,6 +18,7 @@ from daemon_harness import Daemon, SANITIZED
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY_BURN = os.path.join(HERE, "py_burn.py")
+PY_QSORT = os.path.join(HERE, "py_qsort.py")
 PYENV = os.environ.get("PYENV_ROOT", "/root/.pyenv") + "/versions"
 INTERPRETERS = ["/usr/bin/python3.11"] + [
     f"{PYENV}/{v}/bin/python3" for v in ("3.10.13", "3.11.7", "3.12.1", "3.13.0")]
@@ -63,6 +64,19 @@ def folded(d, session, pid, tmp_path):
     return stacks
 
 
+def run_and_snapshot(daemon, python, script, tmp_path):
+    """Runs script for 3 s, then snapshots the daemon once the process has
+    exited and been reaped (only the ring knows its code then): its
+    stacks, from the folded export filtered to its pid."""
+    p = subprocess.run([python, script, "3"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.split()[0])
+    time.sleep(2)
+    session = f"py-{pid}"
+    daemon.cli("snapshot", "--last", "8s", "--name", session, check=True)
+    return folded(daemon, session, pid, tmp_path)
+
+
 FRAME = re.compile(r"^(\S+) \((.*):(\d+)\)$")
 
 
@@ -93,13 +107,7 @@ def chain_share(stacks):
 def test_python_stacks_named_after_exit(daemon, python, tmp_path):
     if not os.access(python, os.X_OK):
         pytest.skip(f"{python} is not installed")
-    p = subprocess.run([python, PY_BURN, "3"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    pid = int(p.stdout.split()[0])
-    time.sleep(2)  # exited and reaped: only the ring knows its code now
-    session = f"py-{pid}"
-    daemon.cli("snapshot", "--last", "8s", "--name", session, check=True)
-    stacks = folded(daemon, session, pid, tmp_path)
+    stacks = run_and_snapshot(daemon, python, PY_BURN, tmp_path)
     hit, total = chain_share(stacks)
     assert total >= 100, stacks
     assert hit > total / 2, (hit, total, stacks[:20])
@@ -136,3 +144,29 @@ def test_shares_match_py_spy(daemon, tmp_path):
     for function in ("leaf_fib", "string_work", "middle"):
         a, b = share(ours, function), share(theirs, function)
         assert abs(a - b) <= 10, (function, a, b)
+
+
+def python_c_python(stack):
+    """Whether a root-first stack holds py_qsort.py's sort_with_qsort, then
+    a native frame of libc's qsort, then its compare callback, in order."""
+    def at(pred, start):
+        return next((i for i in range(start, len(stack)) if pred(stack[i])), None)
+    sort = at(lambda f: f.startswith(f"sort_with_qsort ({PY_QSORT}:"), 0)
+    qsort = None if sort is None else at(lambda f: "qsort" in f and not FRAME.match(f), sort + 1)
+    return qsort is not None and at(lambda f: f.startswith(f"compare ({PY_QSORT}:"),
+                                    qsort + 1) is not None
+
+
+@pytest.mark.skipif(SANITIZED, reason="measures shares of samples, which the sanitized pass's slower daemon and ASan-preloaded workload move: checked in the normal pass")
+def test_python_c_python_stack_in_order(daemon, tmp_path):
+    """Python -> C -> Python: a ctypes callback called by libc's qsort.
+    Most samples land in the callback; their stacks must hold the Python
+    caller, qsort, then the callback, merged in that order."""
+    python = "/usr/bin/python3.11"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is not installed")
+    stacks = run_and_snapshot(daemon, python, PY_QSORT, tmp_path)
+    total = sum(n for _, n in stacks)
+    hit = sum(n for s, n in stacks if python_c_python(s))
+    assert total >= 100, stacks
+    assert hit > total / 2, (hit, total, sorted(stacks, key=lambda s: -s[1])[:10])

@@ -177,11 +177,37 @@ static void test_hostile_stacks(void **state)
 	rp_unwind_free(u);
 }
 
+/* The frame-pointer walk against the CFI unwind (leaf first): whole, with
+ * one garbage frame past the last, missing a frameless leaf's caller, and
+ * the walks that stop short or go astray. */
+static void test_fp_agrees(void **state)
+{
+	(void)state;
+	const uint64_t cfi[6] = { 0x10, 0x20, 0x30, 0x40, 0x50, 0x60 };
+	const uint64_t whole[6] = { 0x10, 0x20, 0x30, 0x40, 0x50, 0x60 };
+	const uint64_t garbage[7] = { 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x99 };
+	const uint64_t leaf[5] = { 0x10, 0x30, 0x40, 0x50, 0x60 };
+	const uint64_t astray[5] = { 0x10, 0x20, 0x77, 0x40, 0x50 };
+	const uint64_t two_hidden[4] = { 0x10, 0x40, 0x50, 0x60 };
+	assert_true(rp_unwind_fp_agrees(whole, 6, cfi, 6));
+	assert_true(rp_unwind_fp_agrees(garbage, 7, cfi, 6));
+	assert_true(rp_unwind_fp_agrees(leaf, 5, cfi, 6));
+	assert_false(rp_unwind_fp_agrees(astray, 5, cfi, 6));
+	assert_false(rp_unwind_fp_agrees(two_hidden, 4, cfi, 6));
+	/* A walk that stops where the unwind goes on (the C library's start
+	 * code keeps no frame pointer) agrees on what it has. */
+	assert_true(rp_unwind_fp_agrees(whole, 4, cfi, 6));
+	/* Too short to tell, or another ip. */
+	assert_false(rp_unwind_fp_agrees(whole, 2, cfi, 2));
+	assert_false(rp_unwind_fp_agrees(whole + 1, 5, cfi, 6));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_recorded_stack),
 		cmocka_unit_test(test_hostile_stacks),
+		cmocka_unit_test(test_fp_agrees),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
