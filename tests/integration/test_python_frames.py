@@ -125,7 +125,8 @@ def share(stacks, function):
 @pytest.mark.skipif(not PY_SPY, reason="py-spy is not installed (RINGPROF_PY_SPY or PATH)")
 def test_shares_match_py_spy(daemon, tmp_path):
     """py-spy and ringprof sample the same run: each function's share of
-    the samples (anywhere on the stack) within 10 points."""
+    the samples (anywhere on the stack) within 5 points (the issue's bound;
+    4 runs on an idle VM differed by 2.4 points at most)."""
     raw = tmp_path / "py-spy.txt"
     p = subprocess.run([PY_SPY, "record", "--format", "raw", "-r", "99", "-o", str(raw), "--",
                         "/usr/bin/python3.11", PY_BURN, "4"],
@@ -143,7 +144,7 @@ def test_shares_match_py_spy(daemon, tmp_path):
     assert ours and theirs, (p.stdout, p.stderr)
     for function in ("leaf_fib", "string_work", "middle"):
         a, b = share(ours, function), share(theirs, function)
-        assert abs(a - b) <= 10, (function, a, b)
+        assert abs(a - b) <= 5, (function, a, b)
 
 
 def python_c_python(stack):
