@@ -283,6 +283,18 @@ FAKE_TORCH = {
         "    def __exit__(self, *exc):\n"
         "        print('kineto done', flush=True)\n"),
 }
+
+
+def fake_torch(tmp_path):
+    """The stand-in torch written under tmp_path; returns its directory,
+    for PYTHONPATH."""
+    fake = tmp_path / "fake"
+    for name, text in FAKE_TORCH.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text)
+    return fake
+
+
 SHARE_SCRIPT = """
 import ctypes, importlib.util, os, sys
 lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])
@@ -305,10 +317,7 @@ def test_takes_turns_with_torch_profiler(tmp_path):
     """ringprof.cupti pauses the collector (its buffers flushed back to it,
     its kinds off) before a torch.profiler session with CUDA activity takes
     CUPTI and resumes it after; a CPU-only session leaves it alone."""
-    fake = tmp_path / "fake"
-    for name, text in FAKE_TORCH.items():
-        (fake / name).parent.mkdir(parents=True, exist_ok=True)
-        (fake / name).write_text(text)
+    fake = fake_torch(tmp_path)
     src = os.path.join(os.path.dirname(__file__), "..", "..", "python", "ringprof", "cupti.py")
     d = Daemon(tmp_path, config=CONFIG).start()
     try:
@@ -375,10 +384,7 @@ def test_ringprof_run_shares_cupti_in_pytorch_programs(tmp_path):
     """Under `ringprof run` a PyTorch program needs no change: the start-up
     hook shares CUPTI with torch.profiler once torch is imported, so the
     collector records rather than waits."""
-    fake = tmp_path / "fake"
-    for name, text in FAKE_TORCH.items():
-        (fake / name).parent.mkdir(parents=True, exist_ok=True)
-        (fake / name).write_text(text)
+    fake = fake_torch(tmp_path)
     d = Daemon(tmp_path, config=CONFIG).start()
     cli = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
     try:
