@@ -22,6 +22,8 @@
 
 /* Sessions are flat; a tree deeper than this is not one of ours. */
 #define MAX_DEPTH 16
+/* Listings of a directory being removed while writers may still add to it. */
+#define REMOVE_LISTINGS 4
 /* A session being removed; readers skip names starting with '.'. */
 #define DELETING_PREFIX ".ringprof-deleting."
 
@@ -96,13 +98,24 @@ static int walk(int parent, const char *name, dev_t dev, int depth, bool remove,
 		return rp_err_set(err, -errno, "cannot read %s in %s: %s", name, top, strerror(errno));
 	}
 	int rc = 0;
-	struct dirent *e;
-	while (rc == 0 && (e = readdir(d)))
-		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-			rc = walk(dirfd(d), e->d_name, dev, depth + 1, remove, bytes, top, err);
+	/* A writer that opened its file before the session was hidden (the
+	 * exporter, still writing a format) may add one after the listing:
+	 * list again rather than fail on a directory that is not empty. */
+	for (int listing = 0; rc == 0 && listing < REMOVE_LISTINGS; listing++) {
+		struct dirent *e;
+		rewinddir(d);
+		while (rc == 0 && (e = readdir(d)))
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+				rc = walk(dirfd(d), e->d_name, dev, depth + 1, remove, bytes, top,
+					  err);
+		if (rc < 0 || !remove || unlinkat(parent, name, AT_REMOVEDIR) == 0 ||
+		    errno == ENOENT)
+			break;
+		if (errno != ENOTEMPTY || listing + 1 == REMOVE_LISTINGS)
+			rc = rp_err_set(err, -errno, "cannot delete %s in %s: %s", name, top,
+					strerror(errno));
+	}
 	closedir(d);
-	if (rc == 0 && remove && unlinkat(parent, name, AT_REMOVEDIR) < 0 && errno != ENOENT)
-		rc = rp_err_set(err, -errno, "cannot delete %s in %s: %s", name, top, strerror(errno));
 	if (rc == 0)
 		*bytes += (uint64_t)st.st_blocks * 512;
 	return rc;

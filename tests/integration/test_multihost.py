@@ -178,10 +178,14 @@ def session_ids(logdir):
     return sorted(n for n in os.listdir(profile) if not n.startswith("."))
 
 
-def wait_for(predicate, timeout=10):
+def wait_for_value(daemon, get, want, timeout=10):
+    """Waits until get() == want; on timeout says what it was last, and
+    the daemon's log, so that a rare failure can be read from CI."""
     deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+    while (got := get()) != want:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out: wanted {want!r}, last {got!r}; daemon log:\n"
+                                 + open(daemon.log).read())
         time.sleep(0.05)
 
 
@@ -196,10 +200,10 @@ def test_retention_deletes_the_oldest_and_keeps_kept(tmp_path):
         assert os.path.exists(os.path.join(d.logdir, "default", "plugins", "profile", "s2", "KEEP"))
         assert d.ok("GET", "/v1/sessions/s2")["keep"] is True
         d.ok("POST", "/v1/snapshot", {"last": "1s", "name": "s4"})
-        wait_for(lambda: session_ids(d.logdir) == ["s2", "s3", "s4"])
+        wait_for_value(d, lambda: session_ids(d.logdir), ["s2", "s3", "s4"])
         d.ok("POST", "/v1/snapshot", {"last": "1s", "name": "s5"})
-        wait_for(lambda: session_ids(d.logdir) == ["s2", "s4", "s5"])
-        wait_for(lambda: metric(d, "ringprof_retention_deleted_total") == 2)
+        wait_for_value(d, lambda: session_ids(d.logdir), ["s2", "s4", "s5"])
+        wait_for_value(d, lambda: metric(d, "ringprof_retention_deleted_total"), 2)
         assert metric(d, "ringprof_logdir_sessions") == 3
         assert metric(d, "ringprof_logdir_bytes") > 0
         log = open(d.log).read()
