@@ -101,6 +101,11 @@ struct rp_collector {
 	 * releasing what others may want (POST /v1/collectors/NAME/pause and
 	 * /resume). */
 	int (*pause)(void *state, bool paused, struct rp_err *err);
+	/* Optional, any thread (thread-safe): a snapshot or a session's end
+	 * is about to seal the rings; hand them what the collector holds for
+	 * later (a device buffer decoded every second), returning once it is
+	 * in its producer rings.  Bounded: a few hundred ms at most. */
+	int (*flush)(void *state, struct rp_err *err);
 	void (*stop)(void *state);
 };
 

@@ -961,6 +961,15 @@ void rp_rings_set_observer(struct rp_rings *r, rp_drain_observer fn, void *ctx)
 int rp_rings_flush(struct rp_rings *r, struct rp_err *err)
 {
 	pthread_mutex_lock(&r->lock);
+	/* What collectors hold back goes into their producer rings first,
+	 * which the seal below drains.  A collector that fails is logged:
+	 * the seal of everything else goes on. */
+	for (unsigned i = 0; !r->stop && i < r->ncollectors; i++) {
+		const struct collector *c = &r->collectors[i];
+		struct rp_err why = { 0 };
+		if (c->ops->flush && c->state && c->ops->flush(c->state, &why) < 0)
+			fprintf(stderr, "ringprofd: %s: %s\n", c->ops->title, why.msg);
+	}
 	if (r->stop) {
 		pthread_mutex_unlock(&r->lock);
 		return rp_err_set(err, -ESHUTDOWN, "ringprofd is shutting down");

@@ -1,7 +1,8 @@
 /* PM sampling as a collector with a thread per GPU: each samples its
  * GPU's performance counters with CUPTI PM sampling every [gpu_pm]
  * interval into the GPU's hardware buffer, decodes it every
- * DECODE_PERIOD_NS and writes each sample's metrics as counters
+ * DECODE_PERIOD_NS, and at once when a snapshot or a session's end
+ * flushes the rings, and writes each sample's metrics as counters
  * "gpu_pm/<metric>" into the ring gpuN (N as nvidia-smi numbers the GPU)
  * through a producer ring of the daemon's (collector.h).
  *
@@ -23,7 +24,12 @@
 
 #define MAX_GPUS 64
 #define RING_SIZE (1u << 20)
-#define DECODE_PERIOD_NS (100 * 1000000ull)
+/* Most of a decode's cost is per call, not per sample (on an H100, 10 ms
+ * samples cost two thirds of what 1 ms ones do at 10 decodes a second):
+ * decode seldom, and when a snapshot needs the samples (flush). */
+#define DECODE_PERIOD_NS (1000 * 1000000ull)
+/* How long a flush waits for the GPUs' decodes. */
+#define FLUSH_WAIT_NS (500 * 1000000ull)
 #define RETRY_MIN_NS (1000000000ull)
 #define RETRY_MAX_NS (64 * RETRY_MIN_NS)
 /* Compute capability 7.5 (Turing) is the oldest with PM sampling. */
@@ -46,6 +52,7 @@ struct gpu {
 	atomic_bool sampling;           /* a session is live */
 	atomic_uint_least64_t events;
 	atomic_uint_least64_t overflows;
+	uint64_t flushed;               /* the flush round it answered; guarded by pm->lock */
 };
 
 struct gpu_pm {
@@ -55,7 +62,9 @@ struct gpu_pm {
 	size_t hw_buffer;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
+	pthread_cond_t flushed;         /* a GPU thread answered a flush */
 	bool stop;                      /* guarded by lock */
+	uint64_t flush_round;           /* flushes asked for; guarded by lock */
 	atomic_bool paused;             /* POST /v1/collectors/gpu_pm/pause */
 	struct gpu gpus[MAX_GPUS];
 	size_t ngpus;
@@ -74,15 +83,29 @@ static void put_sample(void *ctx, uint64_t start_ts, uint64_t end_ts, const doub
 			atomic_fetch_add(&g->events, 1);
 }
 
-/* Sleep ns unless stopped; whether to go on. */
-static bool wait_ns(struct gpu_pm *pm, uint64_t ns)
+/* Sleep ns unless stopped or, while its session is live, a flush is
+ * asked of the GPU (*round: the flush round it answers next; a GPU
+ * without a session keeps its back-off); whether to go on. */
+static bool wait_ns(struct gpu *g, uint64_t ns, uint64_t *round)
 {
+	struct gpu_pm *pm = g->pm;
 	pthread_mutex_lock(&pm->lock);
-	if (!pm->stop)
+	if (!pm->stop && (pm->flush_round == g->flushed || !g->session.object))
 		rp_cond_wait_ns(&pm->wake, &pm->lock, ns);
 	bool go_on = !pm->stop;
+	*round = pm->flush_round;
 	pthread_mutex_unlock(&pm->lock);
 	return go_on;
+}
+
+/* The round's flush answered: whatever the GPU held is in its ring, or
+ * it held nothing (paused, busy, broken). */
+static void answer_flush(struct gpu *g, uint64_t round)
+{
+	pthread_mutex_lock(&g->pm->lock);
+	g->flushed = round;
+	pthread_cond_broadcast(&g->pm->flushed);
+	pthread_mutex_unlock(&g->pm->lock);
 }
 
 static int start_session(struct gpu *g, struct rp_err *why)
@@ -94,58 +117,64 @@ static int start_session(struct gpu *g, struct rp_err *why)
 				   why);
 }
 
+/* One round of a GPU's thread: start its session if need be, decode.
+ * Returns how long to wait before the next. */
+static uint64_t gpu_round(struct gpu *g, uint64_t *retry_ns, uint64_t *logged)
+{
+	struct gpu_pm *pm = g->pm;
+	struct rp_err err = { 0 };
+	if (atomic_load(&pm->paused)) {
+		/* the counters go back to the GPU for another profiler */
+		rp_pm_session_stop(&g->session);
+		atomic_store(&g->sampling, false);
+		atomic_store(&g->busy, false);
+		return RETRY_MIN_NS;
+	}
+	if (!g->session.object) {
+		/* Said before the session starts, and paused read after: a
+		 * pause either sees it or is seen (pause()). */
+		atomic_store(&g->sampling, true);
+		int rc = atomic_load(&pm->paused) ? -EINTR : start_session(g, &err);
+		atomic_store(&g->busy, rc == -EBUSY);
+		if (rc == -EINTR) {
+			atomic_store(&g->sampling, false);
+			return 0;
+		}
+		if (rc < 0) {
+			atomic_store(&g->sampling, false);
+			fprintf(stderr, "ringprofd: GPU PM sampling of gpu%u: %s\n", g->index,
+				err.msg);
+			uint64_t wait = *retry_ns;
+			*retry_ns = 2 * wait < RETRY_MAX_NS ? 2 * wait : RETRY_MAX_NS;
+			return wait;
+		}
+		*retry_ns = RETRY_MIN_NS;
+	}
+	uint64_t cupti_now = 0;
+	(void)pm->cupti.timestamp(&cupti_now);
+	g->offset_ns = rp_shmring_now(g->ring) - cupti_now;
+	long decoded = rp_pm_decode(&g->session, put_sample, g, &err);
+	atomic_store(&g->overflows, g->session.overflows);
+	if (decoded >= 0)
+		return DECODE_PERIOD_NS;
+	/* The session broke (a reset, another profiler): start anew */
+	uint64_t now = rp_clock_now_ns();
+	if (now - *logged > 60000000000ull) {
+		fprintf(stderr, "ringprofd: GPU PM sampling of gpu%u: %s\n", g->index, err.msg);
+		*logged = now;
+	}
+	rp_pm_session_stop(&g->session);
+	atomic_store(&g->sampling, false);
+	return 0;
+}
+
 static void *gpu_main(void *arg)
 {
 	struct gpu *g = arg;
-	struct gpu_pm *pm = g->pm;
-	uint64_t retry_ns = RETRY_MIN_NS, logged = 0;
-	while (wait_ns(pm, g->session.object ? DECODE_PERIOD_NS : 0)) {
-		struct rp_err err = { 0 };
-		if (atomic_load(&pm->paused)) {
-			/* the counters go back to the GPU for another profiler */
-			rp_pm_session_stop(&g->session);
-			atomic_store(&g->sampling, false);
-			atomic_store(&g->busy, false);
-			if (!wait_ns(pm, RETRY_MIN_NS))
-				break;
-			continue;
-		}
-		if (!g->session.object) {
-			/* Said before the session starts, and paused read after: a
-			 * pause either sees it or is seen (pause()). */
-			atomic_store(&g->sampling, true);
-			int rc = atomic_load(&pm->paused) ? -EINTR : start_session(g, &err);
-			atomic_store(&g->busy, rc == -EBUSY);
-			if (rc == -EINTR) {
-				atomic_store(&g->sampling, false);
-				continue;
-			}
-			if (rc < 0) {
-				atomic_store(&g->sampling, false);
-				fprintf(stderr, "ringprofd: GPU PM sampling of gpu%u: %s\n", g->index,
-					err.msg);
-				if (!wait_ns(pm, retry_ns))
-					break;
-				retry_ns = 2 * retry_ns < RETRY_MAX_NS ? 2 * retry_ns : RETRY_MAX_NS;
-				continue;
-			}
-			retry_ns = RETRY_MIN_NS;
-		}
-		uint64_t cupti_now = 0;
-		(void)pm->cupti.timestamp(&cupti_now);
-		g->offset_ns = rp_shmring_now(g->ring) - cupti_now;
-		if (rp_pm_decode(&g->session, put_sample, g, &err) < 0) {
-			/* The session broke (a reset, another profiler): start anew */
-			uint64_t now = rp_clock_now_ns();
-			if (now - logged > 60000000000ull) {
-				fprintf(stderr, "ringprofd: GPU PM sampling of gpu%u: %s\n", g->index,
-					err.msg);
-				logged = now;
-			}
-			rp_pm_session_stop(&g->session);
-			atomic_store(&g->sampling, false);
-		}
-		atomic_store(&g->overflows, g->session.overflows);
+	uint64_t retry_ns = RETRY_MIN_NS, logged = 0, round = 0, next_ns = 0;
+	while (wait_ns(g, next_ns, &round)) {
+		next_ns = gpu_round(g, &retry_ns, &logged);
+		answer_flush(g, round);
 	}
 	rp_pm_session_stop(&g->session);
 	return NULL;
@@ -232,6 +261,7 @@ static void free_pm(struct gpu_pm *pm)
 	}
 	rp_cupti_close(&pm->cupti);
 	pthread_cond_destroy(&pm->wake);
+	pthread_cond_destroy(&pm->flushed);
 	pthread_mutex_destroy(&pm->lock);
 	free(pm);
 }
@@ -283,6 +313,7 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 	pm->hw_buffer = env->cfg->gpu_pm_hw_buffer;
 	pthread_mutex_init(&pm->lock, NULL);
 	rp_cond_init_monotonic(&pm->wake);
+	rp_cond_init_monotonic(&pm->flushed);
 	int rc = rp_cupti_open(&pm->cupti, true, why);
 	if (rc == 0)
 		rc = find_gpus(pm, why);
@@ -375,6 +406,32 @@ static int pause(void *state, bool paused, struct rp_err *err)
 	return 0;
 }
 
+/* Every sampling GPU's thread decodes now; returns once all have, or
+ * after FLUSH_WAIT_NS.  One paused, busy or broken holds nothing. */
+static int flush(void *state, struct rp_err *err)
+{
+	struct gpu_pm *pm = state;
+	pthread_mutex_lock(&pm->lock);
+	uint64_t mine = ++pm->flush_round, deadline = rp_clock_now_ns() + FLUSH_WAIT_NS;
+	pthread_cond_broadcast(&pm->wake);
+	size_t behind = pm->ngpus;
+	for (uint64_t now; !pm->stop && (now = rp_clock_now_ns()) < deadline;) {
+		behind = 0;
+		for (size_t i = 0; i < pm->ngpus; i++)
+			behind += atomic_load(&pm->gpus[i].sampling) && pm->gpus[i].flushed < mine;
+		if (!behind)
+			break;
+		rp_cond_wait_ns(&pm->flushed, &pm->lock, deadline - now);
+	}
+	pthread_mutex_unlock(&pm->lock);
+	if (behind)
+		return rp_err_set(err, -ETIMEDOUT, "%zu GPUs did not decode their PM samples within "
+				  "%llu ms for a snapshot: its last PM samples may be missing (a "
+				  "GPU reset or a driver stall; see nvidia-smi)", behind,
+				  FLUSH_WAIT_NS / 1000000ull);
+	return 0;
+}
+
 static void stop(void *state)
 {
 	free_pm(state);
@@ -390,5 +447,6 @@ const struct rp_collector rp_gpu_pm_collector = {
 	.start = start,
 	.stats = stats,
 	.pause = pause,
+	.flush = flush,
 	.stop = stop,
 };

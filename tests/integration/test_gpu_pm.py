@@ -106,6 +106,28 @@ def test_counters_reach_gpu_ring(tmp_path, fake_gpu):
         d.stop()
 
 
+def test_snapshot_holds_the_samples_up_to_its_end(tmp_path, fake_gpu):
+    # The GPU's buffer is decoded once a second, and at once when a
+    # snapshot seals the rings: each snapshot's newest PM sample is from
+    # its last moments, not up to a second before (without the flush,
+    # three snapshots in a row would all be that fresh once in 64).
+    d = Daemon(tmp_path, config=QUIET + "[gpu_pm]\ninterval = 1ms\n").start()
+    try:
+        wait_for(d, lambda pm: pm["events"] > 0)
+        for i in range(3):
+            time.sleep(0.3)
+            snap = json.loads(d.cli("snapshot", "--last", "2s", "--name", f"fresh{i}", "--json",
+                                    check=True).stdout)
+            export = tmp_path / f"fresh{i}.json"
+            d.cli("export", snap["path"], "--format", "json", "-o", str(export), check=True)
+            newest = max(c["timestamp"] for c in json.load(open(export))["counters"]
+                         if c["device"] == "gpu0")
+            behind_ms = (snap["covered"]["end_wall_ns"] - newest) / 1e6
+            assert behind_ms < 250, (i, behind_ms)
+    finally:
+        d.stop()
+
+
 def test_default_set_without_nvlink(tmp_path, fake_gpu):
     # An H100 whose NVLink counters are not offered (links off, or behind a
     # hypervisor, as on the lent GPU machine): the default set samples the

@@ -6,16 +6,21 @@
  * CUDA ordinal rises, so nvidia-smi's order is the reverse of CUDA's.
  * FAKE_PM_ENABLE_RESULT: what cuptiPmSamplingEnable returns (default 0).
  * A metric whose name holds "bogus" is refused.  Each decode hands out
- * SAMPLES samples ending now, 1 ms apart; metric i of CUDA device d
+ * the samples since the previous decode into the same counter data (at
+ * least one, at most MAX_SAMPLES), ending now, 1 ms apart, as a GPU
+ * sampling every millisecond would; metric i of CUDA device d
  * evaluates to 1000 * d + 10 * (i + 1) (the device travels in the counter
  * availability image to the host object). */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cupti_pm.h"
 
-#define SAMPLES 5
+#define MAX_SAMPLES 2000
+#define SAMPLE_NS 1000000ull
 #define EXPORT __attribute__((visibility("default")))
 
 static int env_int(const char *name, int def)
@@ -115,7 +120,20 @@ EXPORT int cuptiPmSamplingCounterDataImageInitialize(struct rp_pm_counter_data_i
 }
 EXPORT int cuptiPmSamplingDecodeData(struct rp_pm_decode *p)
 {
-	struct counter_data d = { SAMPLES, realtime_ns() };
+	/* The last decode's end, per counter data image (one per GPU). */
+	static struct { const void *image; uint64_t end; } last[64];
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	struct counter_data d = { 1, realtime_ns() };
+	pthread_mutex_lock(&lock);
+	size_t i = 0;
+	while (i < 63 && last[i].image && last[i].image != p->pCounterDataImage)
+		i++;
+	if (last[i].image == p->pCounterDataImage && d.end > last[i].end)
+		d.samples = (d.end - last[i].end) / SAMPLE_NS;
+	d.samples = d.samples < 1 ? 1 : d.samples > MAX_SAMPLES ? MAX_SAMPLES : d.samples;
+	last[i].image = p->pCounterDataImage;
+	last[i].end = d.end;
+	pthread_mutex_unlock(&lock);
 	memcpy(p->pCounterDataImage, &d, sizeof(d));
 	p->decodeStopReason = 2; /* end of records */
 	p->overflow = 0;
@@ -132,7 +150,7 @@ EXPORT int cuptiPmSamplingCounterDataGetSampleInfo(struct rp_pm_sample_info *p)
 {
 	struct counter_data d;
 	memcpy(&d, p->pCounterDataImage, sizeof(d));
-	p->endTimestamp = d.end - (SAMPLES - 1 - p->sampleIndex) * 1000000ull;
-	p->startTimestamp = p->endTimestamp - 1000000ull;
+	p->endTimestamp = d.end - (d.samples - 1 - p->sampleIndex) * SAMPLE_NS;
+	p->startTimestamp = p->endTimestamp - SAMPLE_NS;
 	return 0;
 }
