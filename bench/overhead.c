@@ -444,9 +444,10 @@ static int bpf_prog_stats(pid_t pid, double *ns, double *count)
  * bytes and the sampler's samples; -1 with a message. */
 static int ring_point(struct bench *b, double *bytes, double *samples)
 {
-	json_t *snap = bench_call(&b->d, "POST", "/v1/snapshot",
-				  json_pack("{s:s, s:s}", "last", "1ms", "reason", "bench-overhead"));
+	json_t *req = json_pack("{s:s, s:s}", "last", "1ms", "reason", "bench-overhead");
+	json_t *snap = bench_call(&b->d, "POST", "/v1/snapshot", req);
 	json_t *st = snap ? bench_call(&b->d, "GET", "/v1/status", NULL) : NULL;
+	json_decref(req); /* the client does not take it */
 	json_decref(snap);
 	if (!st)
 		return -1;
