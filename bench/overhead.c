@@ -1,6 +1,7 @@
 /* What always-on CPU sampling costs the profiled program, beside the
  * profiler its users run today, for three workloads (--workload):
- *   fp      this program run as `bench-overhead --run-workload ROUNDS`:
+ *   fp      this program (the frame-pointer build) run as
+ *           `bench-overhead --run-workload ROUNDS`:
  *           it recurses DEPTH frames deep (descend) and there runs ROUNDS
  *           rounds of three deterministic loops with names of their own
  *           (burn_hash, burn_matrix, burn_collatz), then prints how long
@@ -206,7 +207,6 @@ struct bench {
 	int only;                 /* a workload, or -1: all */
 	int runs;
 	double seconds;
-	char self[PATH_MAX];
 	/* Each workload's command, ROUNDS to follow. */
 	const char *command[NWORKLOADS][2];
 	unsigned long long rounds[NWORKLOADS];
@@ -799,13 +799,9 @@ int main(int argc, char **argv)
 			"and kernel.bpf_stats_enabled need it\n");
 		return 2;
 	}
-	ssize_t n = readlink("/proc/self/exe", b.self, sizeof(b.self) - 1);
-	if (n <= 0) {
-		fprintf(stderr, "bench-overhead: readlink /proc/self/exe: %s\n", strerror(errno));
-		return 1;
-	}
-	b.self[n] = 0;
-	const char *commands[NWORKLOADS][2] = { [FP] = { b.self, "--run-workload" },
+	/* The two builds from the build tree, whichever of them runs the
+	 * benchmark. */
+	const char *commands[NWORKLOADS][2] = { [FP] = { OVERHEAD_FP_PATH, "--run-workload" },
 						[NOFP] = { OVERHEAD_NOFP_PATH, "--run-workload" },
 						[PYTHON] = { b.python, OVERHEAD_WORKLOAD_PY } };
 	memcpy(b.command, commands, sizeof(commands));
