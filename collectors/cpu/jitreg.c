@@ -1,8 +1,12 @@
 /* GDB JIT registrations read and parsed, bounded (jitreg.h). */
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "jitreg.h"
 
@@ -116,4 +120,43 @@ int rp_jit_walk(rp_jit_read_fn read, void *ctx, uint32_t pid, uint64_t desc, str
 		free(buf);
 	}
 	return (int)n;
+}
+
+/* The descriptor's value in one symbol table section; 0 or -ENOENT. */
+static int find_in(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, uint64_t *vaddr)
+{
+	Elf_Data *data = elf_getdata(scn, NULL);
+	if (!data || !sh->sh_entsize)
+		return -ENOENT;
+	for (size_t i = 0; i < sh->sh_size / sh->sh_entsize; i++) {
+		GElf_Sym sym;
+		if (!gelf_getsym(data, (int)i, &sym) || ELF64_ST_TYPE(sym.st_info) != STT_OBJECT)
+			continue;
+		const char *name = elf_strptr(elf, sh->sh_link, sym.st_name);
+		if (name && strcmp(name, "__jit_debug_descriptor") == 0 && sym.st_value) {
+			*vaddr = sym.st_value;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int rp_jit_find_descriptor(const char *path, uint64_t *vaddr)
+{
+	if (elf_version(EV_CURRENT) == EV_NONE)
+		return -ENOSYS;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = -ENOENT;
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	for (Elf_Scn *scn = elf ? elf_nextscn(elf, NULL) : NULL; scn && r < 0; scn = elf_nextscn(elf, scn)) {
+		GElf_Shdr sh;
+		if (gelf_getshdr(scn, &sh) && (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM))
+			r = find_in(elf, scn, &sh, vaddr);
+	}
+	if (elf)
+		(void)elf_end(elf);
+	(void)close(fd);
+	return r;
 }

@@ -44,4 +44,10 @@ RP_MUST_CHECK int rp_jit_parse_symfile(const uint8_t *buf, size_t len, struct rp
 RP_MUST_CHECK int rp_jit_walk(rp_jit_read_fn read, void *ctx, uint32_t pid, uint64_t desc,
                               struct rp_jit_func *out, size_t max);
 
+/* The address of __jit_debug_descriptor in the ELF file at path, as its
+ * symbols say (.symtab, where LLVM keeps it LOCAL, or .dynsym): the load
+ * bias of its mapping is the caller's to add.  0 or negative errno
+ * (-ENOENT: the file defines none). */
+RP_MUST_CHECK int rp_jit_find_descriptor(const char *path, uint64_t *vaddr);
+
 #endif

@@ -13,6 +13,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dlfcn.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "jitreg.h"
 
@@ -159,12 +162,55 @@ static void walks_entries(void **state)
 	assert_int_equal(rp_jit_walk(memory_read, &m, 1, MEM_BASE, out, 8), -EPROTO);
 }
 
+/* This program as a JIT that registers one symfile the way GDB's
+ * interface says; found in its own ELF and walked in its own memory. */
+struct jit_code_entry {
+	struct jit_code_entry *next, *prev;
+	const char *symfile_addr;
+	uint64_t symfile_size;
+};
+
+struct jit_descriptor {
+	uint32_t version, action_flag;
+	struct jit_code_entry *relevant_entry, *first_entry;
+};
+
+struct jit_descriptor __jit_debug_descriptor = {1, 0, NULL, NULL};
+
+static int self_read(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len)
+{
+	(void)ctx;
+	struct iovec local = {buf, len}, remote = {(void *)(uintptr_t)addr, len};
+	return process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
+}
+
+static void finds_and_walks_own_registration(void **state)
+{
+	(void)state;
+	static struct symfile f;
+	build(&f);
+	struct jit_code_entry e = {NULL, NULL, (const char *)&f, sizeof(f)};
+	__jit_debug_descriptor.first_entry = __jit_debug_descriptor.relevant_entry = &e;
+	uint64_t vaddr = 0;
+	assert_int_equal(rp_jit_find_descriptor("/proc/self/exe", &vaddr), 0);
+	Dl_info info;
+	assert_int_not_equal(dladdr(&__jit_debug_descriptor, &info), 0);
+	uint64_t desc = (uint64_t)(uintptr_t)info.dli_fbase + vaddr;
+	assert_int_equal(desc, (uint64_t)(uintptr_t)&__jit_debug_descriptor);
+	struct rp_jit_func out[4];
+	assert_int_equal(rp_jit_walk(self_read, NULL, (uint32_t)getpid(), desc, out, 4), 2);
+	assert_string_equal(out[1].name, "fusion.3");
+	assert_int_equal(rp_jit_find_descriptor("/nonexistent/file", &vaddr), -ENOENT);
+	__jit_debug_descriptor.first_entry = __jit_debug_descriptor.relevant_entry = NULL;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(parses_loaded_functions),
 		cmocka_unit_test(hostile_symfiles_stay_bounded),
 		cmocka_unit_test(walks_entries),
+		cmocka_unit_test(finds_and_walks_own_registration),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
