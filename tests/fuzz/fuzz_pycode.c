@@ -8,32 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "image.h"
 #include "pyframes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define BASE 0x10000ull
-
-struct image {
-	const uint8_t *data;
-	size_t size;
-};
-
-static int image_read(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len)
-{
-	const struct image *m = ctx;
-	(void)pid;
-	if (addr < BASE || addr - BASE > m->size || len > m->size - (addr - BASE))
-		return -EFAULT;
-	memcpy(buf, m->data + (addr - BASE), len);
-	return 0;
-}
-
-static void check(int ok)
-{
-	if (!ok)
-		abort();
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
