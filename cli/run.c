@@ -58,6 +58,15 @@ static int setup_python_perf(void)
 	return setenv("PYTHONPERFSUPPORT", "1", 1) < 0 ? -errno : 0;
 }
 
+/* oneDNN (XLA's CPU matmuls, PyTorch's on CPU) generates its kernels at
+ * run time into anonymous memory and names them in /tmp/perf-PID.map
+ * when asked (ONEDNN_JIT_PROFILE=2); only when written, so at no cost
+ * while they run.  A value the command has is kept. */
+static int setup_onednn_perf(void)
+{
+	return setenv("ONEDNN_JIT_PROFILE", "2", 0) < 0 ? -errno : 0;
+}
+
 /* Adds item to the colon-separated list in the environment variable var,
  * first or last. */
 static int env_list_add(const char *var, const char *item, bool first)
@@ -135,6 +144,8 @@ static int setup_cuda(void)
 static const struct collector_setup collectors[] = {
 	{ "python-perf", "Python frames in CPU samples (PYTHONPERFSUPPORT=1, Python 3.12+)",
 	  setup_python_perf },
+	{ "onednn-perf", "oneDNN's generated kernels (XLA and PyTorch on CPU) named in CPU "
+	  "samples (ONEDNN_JIT_PROFILE=2)", setup_onednn_perf },
 	{ "neuron", "Neuron runtime calls (LD_PRELOAD of libringprof-neuron.so, when installed)",
 	  setup_neuron },
 	{ "cuda", "GPU activity (CUDA_INJECTION64_PATH=libringprof-cupti.so, when installed; "

@@ -23,7 +23,9 @@ enum rp_event_kind {
 	/* Metadata the daemon records about sampled processes, so that their
 	 * stacks can be symbolized later, even after they exit.  Producer
 	 * rings never carry these (rp_event_producer_kind). */
-	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process */
+	RP_EV_MAPPING = 11,         /* pid, name = file path, u.mapping: code mapped by a process;
+				       name RP_JIT_MAPPING_PREFIX "fn": a function a JIT compiler
+				       placed at [start, end) (offset 0, no build-id) */
 	RP_EV_PROCESS_CMDLINE = 12, /* pid, name = command line, arguments joined by spaces */
 	/* What device the ring holds (pid 0, tid 0): name = its stable id
 	 * (NULL or "" when none), u.device.  The daemon repeats it in every
@@ -65,6 +67,9 @@ struct rp_gpu_launch {
 	uint32_t registers;          /* per thread */
 	uint32_t static_shared, dynamic_shared; /* shared memory bytes per block */
 };
+
+/* The name of a mapping event that is one JIT-compiled function. */
+#define RP_JIT_MAPPING_PREFIX "[jit] "
 
 /* Longest name kept; longer names are truncated on the way in. */
 #define RP_NAME_MAX 255

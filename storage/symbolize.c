@@ -681,6 +681,14 @@ static void symbolize_user(struct rp_symbolizer *s, uint32_t pid, uint64_t ip,
 		return;
 	}
 	struct file *f = m->file;
+	if (!strncmp(f->path, RP_JIT_MAPPING_PREFIX, strlen(RP_JIT_MAPPING_PREFIX))) {
+		/* a function a JIT compiler registered (collectors/cpu/jitreg.h) */
+		out->function = f->path + strlen(RP_JIT_MAPPING_PREFIX);
+		out->module = "[jit]";
+		out->offset = ip - m->start;
+		demangle(s, out);
+		return;
+	}
 	uint64_t off = ip - m->start + m->offset, vaddr;
 	out->module = f->base;
 	out->offset = off;

@@ -8,9 +8,12 @@
  *   checked against the recorded one, and the frame named from its ELF
  *   symbols, with file and line from DWARF (separate debug files found by
  *   build-id, e.g. /usr/lib/debug/.build-id, are used too);
- * - JIT frames (outside every recorded mapping) through the process's
- *   perf map, <perf_map_dir>/perf-PID.map (written by Python 3.12 -X perf,
- *   the JVM, V8: "START SIZE name" in hex), which may outlive the process.
+ * - JIT frames: a recorded mapping named RP_JIT_MAPPING_PREFIX "FUNCTION"
+ *   (a function the daemon read from the process's GDB JIT registrations)
+ *   is that function; outside every recorded mapping, through the
+ *   process's perf map, <perf_map_dir>/perf-PID.map (written by Python
+ *   3.12 -X perf, oneDNN, the JVM, V8: "START SIZE name" in hex), which
+ *   may outlive the process.
  *
  * - Python frames (RP_PY_FRAME) through the process's RP_EV_PY_CODE
  *   events: "qualname (file:line)".

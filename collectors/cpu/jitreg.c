@@ -1,12 +1,11 @@
 /* GDB JIT registrations read and parsed, bounded (jitreg.h). */
 #include <elf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "jitreg.h"
 
@@ -19,76 +18,59 @@ struct jit_entry {
 	uint64_t next, prev, symfile_addr, symfile_size;
 };
 
-/* Whether [off, off + size) lies inside a buffer of len bytes. */
-static int in_bounds(uint64_t off, uint64_t size, size_t len)
+/* One FUNC symbol into f; 0 when it names a function of loaded code.
+ * libelf checks the section index and the name's offset and end. */
+static int symbol(Elf *elf, const GElf_Shdr *symtab, const GElf_Sym *sym, struct rp_jit_func *f)
 {
-	return off <= len && size <= len - off;
-}
-
-static const Elf64_Shdr *section(const uint8_t *buf, size_t len, const Elf64_Ehdr *eh, uint64_t i)
-{
-	if (i == SHN_UNDEF || i >= eh->e_shnum)
-		return NULL;
-	uint64_t off = eh->e_shoff + i * sizeof(Elf64_Shdr);
-	if (!in_bounds(off, sizeof(Elf64_Shdr), len))
-		return NULL;
-	return (const Elf64_Shdr *)(buf + off);
-}
-
-/* One FUNC symbol of a symtab into f; 0 when it names a loaded function. */
-static int symbol(const uint8_t *buf, size_t len, const Elf64_Ehdr *eh, const Elf64_Shdr *strtab,
-                  const Elf64_Sym *sym, struct rp_jit_func *f)
-{
-	if (ELF64_ST_TYPE(sym->st_info) != STT_FUNC || sym->st_size == 0)
-		return -ENOENT;
-	const Elf64_Shdr *sec = section(buf, len, eh, sym->st_shndx);
-	if (!sec || !(sec->sh_flags & SHF_EXECINSTR) || sym->st_name >= strtab->sh_size)
+	GElf_Shdr sec;
+	Elf_Scn *scn = ELF64_ST_TYPE(sym->st_info) == STT_FUNC && sym->st_size &&
+				       sym->st_shndx != SHN_UNDEF && sym->st_shndx < SHN_LORESERVE
+			       ? elf_getscn(elf, sym->st_shndx)
+			       : NULL;
+	if (!scn || !gelf_getshdr(scn, &sec) || !(sec.sh_flags & SHF_EXECINSTR))
 		return -ENOENT;
 	/* In a relocatable object st_value is the offset in its section,
 	 * whose sh_addr the JIT set to where it loaded it. */
-	if (sym->st_value > UINT64_MAX - sec->sh_addr ||
-	    sym->st_size > UINT64_MAX - sec->sh_addr - sym->st_value)
+	if (sym->st_value > UINT64_MAX - sec.sh_addr ||
+	    sym->st_size > UINT64_MAX - sec.sh_addr - sym->st_value)
 		return -ENOENT;
-	f->start = sec->sh_addr + sym->st_value;
+	const char *name = elf_strptr(elf, symtab->sh_link, sym->st_name);
+	if (!name || !name[0])
+		return -ENOENT;
+	f->start = sec.sh_addr + sym->st_value;
 	f->end = f->start + sym->st_size;
-	const char *s = (const char *)buf + strtab->sh_offset + sym->st_name;
-	size_t avail = (size_t)(strtab->sh_size - sym->st_name);
-	size_t n = strnlen(s, avail < RP_JIT_NAME - 1 ? avail : RP_JIT_NAME - 1);
-	if (n == 0)
-		return -ENOENT;
-	memcpy(f->name, s, n);
-	f->name[n] = '\0';
+	snprintf(f->name, sizeof(f->name), "%s", name);
 	return 0;
 }
 
-int rp_jit_parse_symfile(const uint8_t *buf, size_t len, struct rp_jit_func *out, size_t max)
+int rp_jit_parse_symfile(uint8_t *buf, size_t len, struct rp_jit_func *out, size_t max)
 {
-	/* Section headers and symbols are read in place: 8-aligned. */
-	if (!buf || len < sizeof(Elf64_Ehdr) || ((uintptr_t)buf & 7) != 0)
+	if (!buf || elf_version(EV_CURRENT) == EV_NONE)
 		return -EINVAL;
-	Elf64_Ehdr eh;
-	memcpy(&eh, buf, sizeof(eh));
-	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-	    eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_shentsize != sizeof(Elf64_Shdr) ||
-	    (eh.e_shoff & 7) != 0)
-		return -EINVAL;
-	size_t n = 0;
-	for (uint64_t i = 1; i < eh.e_shnum && n < max; i++) {
-		const Elf64_Shdr *sh = section(buf, len, &eh, i);
-		if (!sh)
-			return -EINVAL;
-		if (sh->sh_type != SHT_SYMTAB || sh->sh_entsize != sizeof(Elf64_Sym) ||
-		    (sh->sh_offset & 7) != 0 || !in_bounds(sh->sh_offset, sh->sh_size, len))
-			continue;
-		const Elf64_Shdr *strtab = section(buf, len, &eh, sh->sh_link);
-		if (!strtab || strtab->sh_type != SHT_STRTAB || !in_bounds(strtab->sh_offset, strtab->sh_size, len))
-			continue;
-		const Elf64_Sym *syms = (const Elf64_Sym *)(buf + sh->sh_offset);
-		for (uint64_t k = 0; k < sh->sh_size / sizeof(Elf64_Sym) && n < max; k++)
-			if (symbol(buf, len, &eh, strtab, &syms[k], &out[n]) == 0)
-				n++;
+	Elf *elf = elf_memory((char *)buf, len);
+	GElf_Ehdr eh;
+	int r = -EINVAL;
+	if (elf && elf_kind(elf) == ELF_K_ELF && gelf_getclass(elf) == ELFCLASS64 &&
+	    gelf_getehdr(elf, &eh) && eh.e_ident[EI_DATA] == ELFDATA2LSB) {
+		size_t n = 0;
+		for (Elf_Scn *scn = NULL; n < max && (scn = elf_nextscn(elf, scn));) {
+			GElf_Shdr sh;
+			Elf_Data *data = gelf_getshdr(scn, &sh) && sh.sh_type == SHT_SYMTAB &&
+							 sh.sh_entsize
+						 ? elf_getdata(scn, NULL)
+						 : NULL;
+			size_t count = data ? data->d_size / sh.sh_entsize : 0;
+			for (size_t k = 0; k < count && k <= INT32_MAX && n < max; k++) {
+				GElf_Sym sym;
+				if (gelf_getsym(data, (int)k, &sym) && symbol(elf, &sh, &sym, &out[n]) == 0)
+					n++;
+			}
+		}
+		r = (int)n;
 	}
-	return (int)n;
+	if (elf)
+		(void)elf_end(elf);
+	return r;
 }
 
 int rp_jit_walk(rp_jit_read_fn read, void *ctx, uint32_t pid, uint64_t desc, struct rp_jit_func *out,
@@ -141,22 +123,42 @@ static int find_in(Elf *elf, Elf_Scn *scn, const GElf_Shdr *sh, uint64_t *vaddr)
 	return -ENOENT;
 }
 
-int rp_jit_find_descriptor(const char *path, uint64_t *vaddr)
+/* The page-aligned address of the first PT_LOAD: where the mapping of the
+ * file's offset 0 starts, less the load bias. */
+static int first_load_page(Elf *elf, uint64_t *page)
+{
+	size_t n;
+	if (elf_getphdrnum(elf, &n) < 0)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		GElf_Phdr ph;
+		if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD) {
+			*page = ph.p_vaddr & ~(uint64_t)0xfff;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int rp_jit_find_descriptor(int fd, uint64_t *from_base)
 {
 	if (elf_version(EV_CURRENT) == EV_NONE)
 		return -ENOSYS;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
 	int r = -ENOENT;
+	uint64_t vaddr = 0, page = 0;
 	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
 	for (Elf_Scn *scn = elf ? elf_nextscn(elf, NULL) : NULL; scn && r < 0; scn = elf_nextscn(elf, scn)) {
 		GElf_Shdr sh;
 		if (gelf_getshdr(scn, &sh) && (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM))
-			r = find_in(elf, scn, &sh, vaddr);
+			r = find_in(elf, scn, &sh, &vaddr);
 	}
+	if (r == 0)
+		r = first_load_page(elf, &page);
+	if (r == 0 && vaddr < page)
+		r = -EINVAL;
+	if (r == 0)
+		*from_base = vaddr - page;
 	if (elf)
 		(void)elf_end(elf);
-	(void)close(fd);
 	return r;
 }

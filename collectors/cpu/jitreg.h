@@ -10,7 +10,8 @@
  *
  * Everything read is hostile input: the walk stops after RP_JIT_ENTRIES
  * entries (a loop in the list ends there), symfiles over RP_JIT_SYMFILE
- * bytes are skipped, every offset and index is checked against the buffer. */
+ * bytes are skipped, the ELF is read with libelf (which checks every offset
+ * and index against the buffer). */
 #ifndef RINGPROF_JITREG_H
 #define RINGPROF_JITREG_H
 
@@ -31,10 +32,10 @@ struct rp_jit_func {
 /* Reads len bytes at addr of process pid; 0 or negative errno. */
 typedef int (*rp_jit_read_fn)(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len);
 
-/* The FUNC symbols of one symfile, at most max into out; returns how many
- * were stored, or -EINVAL when buf (8-aligned) is not an ELF64
- * little-endian object. */
-RP_MUST_CHECK int rp_jit_parse_symfile(const uint8_t *buf, size_t len, struct rp_jit_func *out,
+/* The FUNC symbols of one symfile (an ELF64 little-endian object, read
+ * with libelf in place), at most max into out; returns how many were
+ * stored, or -EINVAL when buf is no such object. */
+RP_MUST_CHECK int rp_jit_parse_symfile(uint8_t *buf, size_t len, struct rp_jit_func *out,
                                        size_t max);
 
 /* Walks the descriptor at desc in process pid and stores the functions of
@@ -44,10 +45,11 @@ RP_MUST_CHECK int rp_jit_parse_symfile(const uint8_t *buf, size_t len, struct rp
 RP_MUST_CHECK int rp_jit_walk(rp_jit_read_fn read, void *ctx, uint32_t pid, uint64_t desc,
                               struct rp_jit_func *out, size_t max);
 
-/* The address of __jit_debug_descriptor in the ELF file at path, as its
- * symbols say (.symtab, where LLVM keeps it LOCAL, or .dynsym): the load
- * bias of its mapping is the caller's to add.  0 or negative errno
- * (-ENOENT: the file defines none). */
-RP_MUST_CHECK int rp_jit_find_descriptor(const char *path, uint64_t *vaddr);
+/* Where __jit_debug_descriptor lies in the ELF file open at fd, as its
+ * symbols say (.symtab, where LLVM keeps it LOCAL, or .dynsym): its
+ * distance from the start of the mapping of the file's offset 0 (the
+ * first loaded page).  0 or negative errno (-ENOENT: the file defines
+ * none).  The file's position is not used; fd stays open. */
+RP_MUST_CHECK int rp_jit_find_descriptor(int fd, uint64_t *from_base);
 
 #endif

@@ -12,7 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include "jitreg.h"
 
 #define NS 1000000000ull
 #define RESCAN_MIN_NS (1 * NS)
@@ -29,6 +32,7 @@ struct proc {
 	uint32_t pid; /* 0: empty slot */
 	uint32_t nranges;
 	struct range *ranges; /* the mappings handed on, by address */
+	uint64_t jit_desc;    /* its JIT's __jit_debug_descriptor; 0: none seen */
 	uint64_t next_scan_ns, backoff_ns;
 };
 
@@ -37,6 +41,8 @@ struct bid_ent {
 	ino_t ino;
 	struct timespec mtime;
 	bool used;
+	bool jit;              /* defines __jit_debug_descriptor ... */
+	uint64_t jit_from_base; /* ... this far from its first loaded page */
 	uint8_t len;
 	uint8_t id[RP_BUILD_ID_MAX];
 };
@@ -232,11 +238,12 @@ static struct bid_ent *bid_slot(struct rp_procinfo *p, const struct stat *st)
 	}
 }
 
-/* The build-id of the file mapped at [start, end): opened through
- * map_files when we may (the very file mapped, even if deleted or in
- * another mount namespace), else by path if it is still the mapped inode. */
-static uint8_t build_id_of(struct rp_procinfo *p, uint32_t pid, uint64_t start, uint64_t end,
-			   const char *path, uint64_t inode, uint8_t *id)
+/* What is known of the file mapped at [start, end) (its build-id, its
+ * JIT descriptor), NULL when it cannot be read: opened through map_files
+ * when we may (the very file mapped, even if deleted or in another mount
+ * namespace), else by path if it is still the mapped inode. */
+static const struct bid_ent *file_facts(struct rp_procinfo *p, uint32_t pid, uint64_t start,
+					uint64_t end, const char *path, uint64_t inode)
 {
 	char mf[PATH_MAX];
 	snprintf(mf, sizeof(mf), "%s/%u/map_files/%" PRIx64 "-%" PRIx64, p->root, pid, start, end);
@@ -246,13 +253,13 @@ static uint8_t build_id_of(struct rp_procinfo *p, uint32_t pid, uint64_t start, 
 		fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_ino != inode)) {
 			close(fd);
-			return 0;
+			return NULL;
 		}
 	}
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		if (fd >= 0)
 			close(fd);
-		return 0;
+		return NULL;
 	}
 	if (p->nbids >= BID_SLOTS / 2) {
 		memset(p->bids, 0, BID_SLOTS * sizeof(*p->bids));
@@ -263,12 +270,12 @@ static uint8_t build_id_of(struct rp_procinfo *p, uint32_t pid, uint64_t start, 
 		*b = (struct bid_ent){ .dev = st.st_dev, .ino = st.st_ino, .mtime = st.st_mtim,
 				       .used = true };
 		b->len = read_build_id(fd, b->id);
+		b->jit = rp_jit_find_descriptor(fd, &b->jit_from_base) == 0;
 		p->nbids++;
 		p->st.build_ids++;
 	}
 	close(fd);
-	memcpy(id, b->id, b->len);
-	return b->len;
+	return b;
 }
 
 /* ---- /proc files -------------------------------------------------------------- */
@@ -325,15 +332,68 @@ static int emit_cmdline(struct rp_procinfo *p, const struct rp_event *s, rp_even
 
 static bool had_range(const struct proc *pr, uint64_t start, uint64_t end)
 {
-	for (uint32_t i = 0; i < pr->nranges; i++)
-		if (pr->ranges[i].start == start && pr->ranges[i].end == end)
+	size_t lo = 0, hi = pr->nranges;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct range *r = &pr->ranges[mid];
+		if (r->start == start && r->end == end)
 			return true;
+		if (r->start < start || (r->start == start && r->end < end))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
 	return false;
 }
 
+static int by_start(const void *a, const void *b)
+{
+	const struct range *x = a, *y = b;
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int vm_read(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len)
+{
+	(void)ctx;
+	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
+	ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
+	return n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+}
+
+/* The functions the process's JIT registered (GDB's JIT interface) that
+ * were not handed on before, as mappings named "[jit] FUNCTION"; their
+ * ranges join now.  Returns 0 or fn's error. */
+static int scan_jit(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_event_fn fn,
+		    void *ctx, struct range *now, uint32_t *n, bool *changed)
+{
+	struct rp_jit_func *funcs = malloc(RP_PROCINFO_MAX_JIT * sizeof(*funcs));
+	int got = funcs ? rp_jit_walk(vm_read, NULL, pr->pid, pr->jit_desc, funcs,
+				      RP_PROCINFO_MAX_JIT) : 0;
+	int rc = 0;
+	for (int i = 0; rc == 0 && i < got; i++) {
+		const struct rp_jit_func *j = &funcs[i];
+		now[(*n)++] = (struct range){ j->start, j->end };
+		if (had_range(pr, j->start, j->end))
+			continue;
+		char name[sizeof(RP_JIT_MAPPING_PREFIX) + RP_JIT_NAME];
+		snprintf(name, sizeof(name), RP_JIT_MAPPING_PREFIX "%s", j->name);
+		struct rp_event ev = { .kind = RP_EV_MAPPING, .ts = ts, .pid = pr->pid,
+				       .tid = pr->pid, .name = name,
+				       .u.mapping = { .start = j->start, .end = j->end } };
+		rc = fn(ctx, &ev);
+		p->st.jit_functions++;
+		*changed = true;
+	}
+	free(funcs);
+	return rc;
+}
+
 /* Reads the process's maps and hands on the executable mappings not
- * handed on before.  Sets *changed when there were any.  Returns 0 or
- * fn's error. */
+ * handed on before, then the JIT's functions when a mapped file keeps a
+ * JIT descriptor.  Sets *changed when there were any.  Returns 0 or fn's
+ * error. */
 static int scan_maps(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_event_fn fn,
 		     void *ctx, bool *changed)
 {
@@ -344,9 +404,13 @@ static int scan_maps(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_eve
 	if (!f)
 		return 0; /* gone, or not ours to read */
 	p->st.scans++;
-	struct range *now = malloc(RP_PROCINFO_MAX_MAPPINGS * sizeof(*now));
+	struct range *now = malloc((RP_PROCINFO_MAX_MAPPINGS + RP_PROCINFO_MAX_JIT) * sizeof(*now));
 	uint32_t n = 0;
 	int rc = 0;
+	/* The mapping of the file offset 0 of the file mapped last: where a
+	 * JIT descriptor's distance from the first page counts from. */
+	uint64_t base = 0, base_inode = 0;
+	unsigned base_major = 0, base_minor = 0;
 	while (now && rc == 0 && n < RP_PROCINFO_MAX_MAPPINGS &&
 	       getline(&p->line, &p->line_cap, f) > 0) {
 		uint64_t start, end, offset, inode;
@@ -355,7 +419,15 @@ static int scan_maps(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_eve
 		int at = 0;
 		if (sscanf(p->line, "%" SCNx64 "-%" SCNx64 " %4s %" SCNx64 " %x:%x %" SCNu64 " %n",
 			   &start, &end, perms, &offset, &major, &minor, &inode, &at) < 7 ||
-		    perms[2] != 'x' || end <= start)
+		    end <= start)
+			continue;
+		if (offset == 0 && inode) {
+			base = start;
+			base_inode = inode;
+			base_major = major;
+			base_minor = minor;
+		}
+		if (perms[2] != 'x')
 			continue;
 		char *file = p->line + at;
 		file[strcspn(file, "\n")] = 0;
@@ -363,22 +435,31 @@ static int scan_maps(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_eve
 		if (len > 10 && !strcmp(file + len - 10, " (deleted)"))
 			file[len - 10] = 0; /* the build-id tells whether it is the same file */
 		if (file[0] != '/' && strcmp(file, "[vdso]"))
-			continue; /* anonymous code (JIT): named through perf maps at export */
+			continue; /* anonymous code (JIT): named by scan_jit, or perf maps at export */
 		now[n++] = (struct range){ start, end };
 		if (had_range(pr, start, end))
 			continue;
 		struct rp_event ev = { .kind = RP_EV_MAPPING, .ts = ts, .pid = pr->pid,
 				       .tid = pr->pid, .name = file,
 				       .u.mapping = { .start = start, .end = end, .offset = offset } };
-		if (file[0] == '/')
-			ev.u.mapping.build_id_len = build_id_of(p, pr->pid, start, end, file, inode,
-								ev.u.mapping.build_id);
+		const struct bid_ent *facts =
+			file[0] == '/' ? file_facts(p, pr->pid, start, end, file, inode) : NULL;
+		if (facts) {
+			ev.u.mapping.build_id_len = facts->len;
+			memcpy(ev.u.mapping.build_id, facts->id, facts->len);
+			if (facts->jit && base_inode == inode && base_major == major &&
+			    base_minor == minor)
+				pr->jit_desc = base + facts->jit_from_base;
+		}
 		rc = fn(ctx, &ev);
 		p->st.mappings++;
 		*changed = true;
 	}
 	fclose(f);
+	if (now && rc == 0 && pr->jit_desc)
+		rc = scan_jit(p, pr, ts, fn, ctx, now, &n, changed);
 	if (now && n) {
+		qsort(now, n, sizeof(*now), by_start);
 		free(pr->ranges);
 		pr->ranges = now;
 		pr->nranges = n;

@@ -10,7 +10,12 @@
  *                          is gone and the sample is of the main thread)
  *   RP_EV_PROCESS_CMDLINE  /proc/PID/cmdline, arguments joined by spaces
  *   RP_EV_MAPPING          each executable mapping of a file (and [vdso]),
- *                          at most RP_PROCINFO_MAX_MAPPINGS a process
+ *                          at most RP_PROCINFO_MAX_MAPPINGS a process; and
+ *                          each function its JIT compiler registered through
+ *                          GDB's JIT interface (a mapped file defines
+ *                          __jit_debug_descriptor: LLVM's ORC JIT, XLA on
+ *                          CPU), named RP_JIT_MAPPING_PREFIX "FUNCTION",
+ *                          at most RP_PROCINFO_MAX_JIT
  *
  * Build-ids are read with libelf from the mapped file and cached per
  * (device, inode, mtime).  Single threaded. */
@@ -23,12 +28,15 @@
 #include "event.h"
 
 #define RP_PROCINFO_MAX_MAPPINGS 256
+/* JIT-compiled functions named a process, at most (jitreg.h). */
+#define RP_PROCINFO_MAX_JIT 4096
 
 struct rp_procinfo_stats {
 	uint64_t processes;   /* described since creation */
 	uint64_t scans;       /* reads of a maps file */
 	uint64_t mappings;    /* mapping events handed on */
 	uint64_t build_ids;   /* build-ids read from files (cache misses) */
+	uint64_t jit_functions; /* JIT-compiled functions handed on */
 };
 
 struct rp_procinfo;

@@ -191,6 +191,20 @@ def test_jit_code_named_through_perf_map(daemon):
     assert functions[name]["self"] >= 0.5 * 100 * processes[pid]["samples"] / samples, out
 
 
+def test_jit_code_named_through_gdb_jit_interface(daemon):
+    """A JIT that registers its code with GDB's JIT interface (LLVM's ORC,
+    XLA on CPU), and writes no perf map: the daemon reads the registration
+    from the process's memory while it runs and records the function in
+    the ring, so that it is named after the process has exited."""
+    name = "jit_gdb_spin_" + uuid.uuid4().hex[:8]
+    pid = run(JIT_BURN, "2", name, "gdb")
+    assert not os.path.exists("/tmp/perf-%d.map" % pid)
+    time.sleep(0.5)
+    out, samples, functions, processes, _ = summary(daemon, "4s", "jit-gdb")
+    assert functions.get(name, {}).get("module") == "[jit]", out
+    assert functions[name]["self"] >= 0.5 * 100 * processes[pid]["samples"] / samples, out
+
+
 def test_command_line_with_newlines_keeps_to_its_row(daemon):
     busy = subprocess.Popen(["python3", "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
     busy.communicate(timeout=60)

@@ -230,6 +230,23 @@ def test_run_ctrl_c_stops_the_session(daemon, tmp_path):
     assert daemon.ok("GET", "/v1/status")["open_sessions"] == []
 
 
+def test_run_asks_onednn_to_name_its_kernels(daemon, tmp_path):
+    """oneDNN's generated kernels are named through the perf map it writes
+    when ONEDNN_JIT_PROFILE=2: run sets it, keeps a value the command has,
+    and --no-onednn-perf leaves it out."""
+    out = tmp_path / "env"
+    show = ["sh", "-c", f'echo "${{ONEDNN_JIT_PROFILE-unset}}" >> {out}']
+    for extra, env_value in (([], None), ([], "1"), (["--no-onednn-perf"], None)):
+        env = env_for(tmp_path)
+        env.pop("ONEDNN_JIT_PROFILE", None)
+        if env_value:
+            env["ONEDNN_JIT_PROFILE"] = env_value
+        r = subprocess.run([CLI, "--socket", daemon.socket, "run", *extra, "--"] + show,
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 0, r.stderr
+    assert out.read_text().split() == ["2", "1", "unset"]
+
+
 def test_run_usage_errors(tmp_path):
     r = subprocess.run([CLI, "run"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "give the command" in r.stderr
