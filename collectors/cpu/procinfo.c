@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "jitreg.h"
+#include "procmem.h"
 
 #define NS 1000000000ull
 #define RESCAN_MIN_NS (1 * NS)
@@ -354,27 +354,24 @@ static int by_start(const void *a, const void *b)
 	return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int vm_read(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len)
-{
-	(void)ctx;
-	struct iovec local = { buf, len }, remote = { (void *)(uintptr_t)addr, len };
-	ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
-	return n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
-}
-
 /* The functions the process's JIT registered (GDB's JIT interface) that
  * were not handed on before, as mappings named "[jit] FUNCTION"; their
- * ranges join now.  Returns 0 or fn's error. */
+ * ranges join *now (grown for them).  Returns 0 or fn's error. */
 static int scan_jit(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_event_fn fn,
-		    void *ctx, struct range *now, uint32_t *n, bool *changed)
+		    void *ctx, struct range **now, uint32_t *n, bool *changed)
 {
 	struct rp_jit_func *funcs = malloc(RP_PROCINFO_MAX_JIT * sizeof(*funcs));
-	int got = funcs ? rp_jit_walk(vm_read, NULL, pr->pid, pr->jit_desc, funcs,
+	int got = funcs ? rp_jit_walk(rp_procmem_read, NULL, pr->pid, pr->jit_desc, funcs,
 				      RP_PROCINFO_MAX_JIT) : 0;
+	struct range *grown = got > 0 ? realloc(*now, (*n + (size_t)got) * sizeof(**now)) : NULL;
+	if (grown)
+		*now = grown;
+	else
+		got = 0; /* none, or out of memory: the mappings read stay */
 	int rc = 0;
 	for (int i = 0; rc == 0 && i < got; i++) {
 		const struct rp_jit_func *j = &funcs[i];
-		now[(*n)++] = (struct range){ j->start, j->end };
+		(*now)[(*n)++] = (struct range){ j->start, j->end };
 		if (had_range(pr, j->start, j->end))
 			continue;
 		char name[sizeof(RP_JIT_MAPPING_PREFIX) + RP_JIT_NAME];
@@ -404,7 +401,7 @@ static int scan_maps(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_eve
 	if (!f)
 		return 0; /* gone, or not ours to read */
 	p->st.scans++;
-	struct range *now = malloc((RP_PROCINFO_MAX_MAPPINGS + RP_PROCINFO_MAX_JIT) * sizeof(*now));
+	struct range *now = malloc(RP_PROCINFO_MAX_MAPPINGS * sizeof(*now));
 	uint32_t n = 0;
 	int rc = 0;
 	/* The mapping of the file offset 0 of the file mapped last: where a
@@ -457,7 +454,7 @@ static int scan_maps(struct rp_procinfo *p, struct proc *pr, uint64_t ts, rp_eve
 	}
 	fclose(f);
 	if (now && rc == 0 && pr->jit_desc)
-		rc = scan_jit(p, pr, ts, fn, ctx, now, &n, changed);
+		rc = scan_jit(p, pr, ts, fn, ctx, &now, &n, changed);
 	if (now && n) {
 		qsort(now, n, sizeof(*now), by_start);
 		free(pr->ranges);

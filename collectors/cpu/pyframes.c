@@ -11,9 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
+#include "procmem.h"
 #include "sampler_record.h"
 
 #define NS 1000000000ull
@@ -323,14 +323,6 @@ struct rp_pyframes {
 	struct rp_pyframes_stats st;
 };
 
-static int vm_read(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len)
-{
-	(void)ctx;
-	struct iovec local = {buf, len}, remote = {(void *)(uintptr_t)addr, len};
-	ssize_t n = process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0);
-	return n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
-}
-
 int rp_pyframes_new(const struct rp_pyframes_opts *opts, struct rp_pyframes **out,
 		    struct rp_err *err)
 {
@@ -342,7 +334,7 @@ int rp_pyframes_new(const struct rp_pyframes_opts *opts, struct rp_pyframes **ou
 		return rp_err_set(err, -ENOMEM, "out of memory for Python frames");
 	p->o = *opts;
 	if (!p->o.read)
-		p->o.read = vm_read;
+		p->o.read = rp_procmem_read;
 	if ((size_t)snprintf(p->root, sizeof(p->root), "%s", opts->proc_root) >= sizeof(p->root)) {
 		free(p);
 		return rp_err_set(err, -ENAMETOOLONG, "proc path too long: %s", opts->proc_root);

@@ -345,30 +345,38 @@ def test_takes_turns_with_torch_profiler(tmp_path):
     assert len(kernels) == 2, evs
 
 
+def ringprof_run(d, args, **extra):
+    """`ringprof run ARGS` beside daemon d with the stand-in CUPTI, this
+    build's collector as the injection, and none set by the caller."""
+    cli = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
+    env = dict(d.env(), RINGPROF_CUPTI_INJECTION=SO, LD_LIBRARY_PATH=STUB,
+               RINGPROF_CUPTI_LIB=FAKE_CUPTI, **extra)
+    env.pop("CUDA_INJECTION64_PATH", None)
+    return subprocess.run([cli, "--socket", d.socket, "run", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def exported_kernel_names(d, session, tmp_path):
+    out = tmp_path / f"{session}.json"
+    d.cli("export", session, "--format", "json", "-o", str(out), check=True)
+    return [e["name"] for e in json.load(open(out))["trace_events"] if e["type"] == "gpu_kernel"]
+
+
 def test_ringprof_run_sets_the_injection(tmp_path):
     """`ringprof run` points CUDA at the collector (RINGPROF_CUPTI_INJECTION:
     this build's), and its session holds the command's GPU activity;
     --no-cuda leaves the command's environment alone."""
     d = Daemon(tmp_path, config=CONFIG).start()
-    cli = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
     # The loader plays the driver: it loads what CUDA_INJECTION64_PATH names.
     cmd = ["sh", "-c", 'exec "$0" "${CUDA_INJECTION64_PATH:-none}"', LOADER]
     try:
-        env = dict(d.env(), RINGPROF_CUPTI_INJECTION=SO, LD_LIBRARY_PATH=STUB,
-                   RINGPROF_CUPTI_LIB=FAKE_CUPTI)
-        env.pop("CUDA_INJECTION64_PATH", None)
-        r = subprocess.run([cli, "--socket", d.socket, "run", "--name", "gpu_run", "--", *cmd],
-                           env=env, capture_output=True, text=True, timeout=60)
-        assert_ran(r)
-        off = subprocess.run([cli, "--socket", d.socket, "run", "--no-cuda", "--", *cmd],
-                             env=env, capture_output=True, text=True, timeout=60)
+        assert_ran(ringprof_run(d, ["--name", "gpu_run", "--", *cmd]))
+        off = ringprof_run(d, ["--no-cuda", "--", *cmd])
         assert off.returncode == 3 and "dlopen" in off.stderr, off.stderr
-        out = tmp_path / "run.json"
-        d.cli("export", "gpu_run", "--format", "json", "-o", str(out), check=True)
+        names = exported_kernel_names(d, "gpu_run", tmp_path)
     finally:
         d.stop()
-    kernels = [e for e in json.load(open(out))["trace_events"] if e["type"] == "gpu_kernel"]
-    assert [e["name"] for e in kernels] == ["matmul(float const*, float const*, float*, int)"]
+    assert names == ["matmul(float const*, float const*, float*, int)"]
 
 
 HOOK_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "python", "hook")
@@ -386,24 +394,16 @@ def test_ringprof_run_shares_cupti_in_pytorch_programs(tmp_path):
     collector records rather than waits."""
     fake = fake_torch(tmp_path)
     d = Daemon(tmp_path, config=CONFIG).start()
-    cli = os.environ.get("RINGPROF_CLI", os.path.join(BUILD, "cli", "ringprof"))
     try:
-        env = dict(d.env(), RINGPROF_CUPTI_INJECTION=SO, LD_LIBRARY_PATH=STUB,
-                   RINGPROF_CUPTI_LIB=FAKE_CUPTI, RINGPROF_PYTHON_HOOK_DIR=HOOK_DIR,
-                   LD_PRELOAD=preloading(FAKE_TORCH_CUDA),
-                   PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"),
-                                                            str(fake)])))
-        env.pop("CUDA_INJECTION64_PATH", None)
-        r = subprocess.run([cli, "--socket", d.socket, "run", "--name", "torch_run", "--",
-                            sys.executable, "-c", PLAYS_TORCH],
-                           env=env, capture_output=True, text=True, timeout=60)
+        r = ringprof_run(d, ["--name", "torch_run", "--", sys.executable, "-c", PLAYS_TORCH],
+                         RINGPROF_PYTHON_HOOK_DIR=HOOK_DIR, LD_PRELOAD=preloading(FAKE_TORCH_CUDA),
+                         PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"),
+                                                                  str(fake)])))
         assert r.returncode == 0, r.stderr
         assert "InitializeInjection=1" in r.stdout
         assert not said(r.stderr) and "this program imports" not in r.stderr and \
             "cannot set up" not in r.stderr, r.stderr
-        out = tmp_path / "run.json"
-        d.cli("export", "torch_run", "--format", "json", "-o", str(out), check=True)
+        names = exported_kernel_names(d, "torch_run", tmp_path)
     finally:
         d.stop()
-    kernels = [e for e in json.load(open(out))["trace_events"] if e["type"] == "gpu_kernel"]
-    assert [e["name"] for e in kernels] == ["matmul(float const*, float const*, float*, int)"]
+    assert names == ["matmul(float const*, float const*, float*, int)"]

@@ -15,11 +15,11 @@
 
 #include <cmocka.h>
 #include <dlfcn.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "../gdb_jit.h"
 #include "jitreg.h"
+#include "procmem.h"
 
 #define TEXT_ADDR 0x7f3700001000ull
 #define MEM_BASE 0x10000ull
@@ -171,13 +171,6 @@ static void walks_entries(void **state)
  * interface says; found in its own ELF and walked in its own memory. */
 struct jit_descriptor __jit_debug_descriptor = {1, 0, NULL, NULL};
 
-static int self_read(void *ctx, uint32_t pid, uint64_t addr, void *buf, size_t len)
-{
-	(void)ctx;
-	struct iovec local = {buf, len}, remote = {(void *)(uintptr_t)addr, len};
-	return process_vm_readv((pid_t)pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -EFAULT;
-}
-
 static void finds_and_walks_own_registration(void **state)
 {
 	(void)state;
@@ -195,7 +188,7 @@ static void finds_and_walks_own_registration(void **state)
 	uint64_t desc = (uint64_t)(uintptr_t)info.dli_fbase + vaddr;
 	assert_int_equal(desc, (uint64_t)(uintptr_t)&__jit_debug_descriptor);
 	struct rp_jit_func out[4];
-	assert_int_equal(rp_jit_walk(self_read, NULL, (uint32_t)getpid(), desc, out, 4), 2);
+	assert_int_equal(rp_jit_walk(rp_procmem_read, NULL, (uint32_t)getpid(), desc, out, 4), 2);
 	assert_string_equal(out[1].name, "fusion.3");
 	fd = open("/bin/sh", O_RDONLY | O_CLOEXEC); /* an ELF file without one */
 	assert_true(fd >= 0);
