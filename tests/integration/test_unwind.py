@@ -24,12 +24,12 @@ CHAIN = ["unwind_a", "unwind_b", "unwind_c"]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the eBPF sampler needs root")
 
 
-def right_callers(stack):
-    """A root-first stack reaches main, and below it the workload's
+def right_callers(stack, root="main"):
+    """A root-first stack reaches root, and below it the workload's
     functions in their calling order, nothing between them."""
-    if "main" not in stack:
+    if root not in stack:
         return False
-    below = stack[stack.index("main") + 1:]
+    below = stack[stack.index(root) + 1:]
     ours = [f for f in below if f.startswith("unwind_")]
     return below[:len(ours)] == ours == CHAIN[:len(ours)]
 
@@ -41,14 +41,19 @@ def snapshot_stacks(daemon, pid, tmp_path):
     return folded(daemon, session, pid, tmp_path)
 
 
-@pytest.mark.parametrize("program", [UNWIND_BURN, UNWIND_BURN_FP],
-                         ids=["no-frame-pointers", "frame-pointers"])
-def test_stacks_reach_main_through_the_callers(daemon, program, tmp_path):
-    p = subprocess.Popen([program, "3"])
+@pytest.mark.parametrize("program,mode,root", [(UNWIND_BURN, "main", "main"),
+                                               (UNWIND_BURN_FP, "main", "main"),
+                                               (UNWIND_BURN, "thread", "burn_thread")],
+                         ids=["no-frame-pointers", "frame-pointers", "no-frame-pointers-thread"])
+def test_stacks_reach_main_through_the_callers(daemon, program, mode, root, tmp_path):
+    """The sampler copies a stack only up to its thread's first frame (the
+    main thread's arguments, another thread's control block): the unwind
+    still reaches main, or the thread's start function."""
+    p = subprocess.Popen([program, "3", mode])
     assert p.wait(timeout=60) == 0
     stacks = snapshot_stacks(daemon, p.pid, tmp_path)
     total = sum(n for _, n in stacks)
-    right = sum(n for s, n in stacks if right_callers(s))
+    right = sum(n for s, n in stacks if right_callers(s, root))
     deepest = sum(n for s, n in stacks if "unwind_c" in s)
     assert total >= 100, stacks
     assert right >= 0.95 * total, (right, total, sorted(stacks, key=lambda s: -s[1])[:10])

@@ -2,8 +2,13 @@
  * each burning CPU in its own loop (10, 30 and 60% of the time), built
  * with and without frame pointers (tests/meson.build).  Not inlined, not
  * cloned, no tail calls: every sample's stack is one of
- * c<-b<-a<-main, b<-a<-main, a<-main.  Runs for argv[1] seconds. */
+ * c<-b<-a<-main, b<-a<-main, a<-main.  Runs for argv[1] seconds; with
+ * argv[2] "thread", in a thread of its own (c<-b<-a<-burn_thread<-
+ * start_thread): the sampler copies a thread's stack up to its thread
+ * control block, the main thread's up to its arguments. */
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define KEEP __attribute__((noinline, noipa))
@@ -45,11 +50,34 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int main(int argc, char **argv)
+/* Inlined: no frame of its own between main (or burn_thread) and unwind_a. */
+static inline __attribute__((always_inline)) unsigned long burn(double seconds)
 {
-	double end = now() + (argc > 1 ? atof(argv[1]) : 2.0);
+	double end = now() + seconds;
 	unsigned long total = 0;
 	while (now() < end)
 		total += unwind_a(100000);
-	return total == 42;
+	return total;
+}
+
+static double thread_seconds;
+
+KEEP static void *burn_thread(void *arg)
+{
+	(void)arg;
+	return (void *)burn(thread_seconds);
+}
+
+int main(int argc, char **argv)
+{
+	double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+	if (argc > 2 && strcmp(argv[2], "thread") == 0) {
+		pthread_t t;
+		void *total;
+		thread_seconds = seconds;
+		if (pthread_create(&t, NULL, burn_thread, NULL) || pthread_join(t, &total))
+			return 1;
+		return total == (void *)42;
+	}
+	return burn(seconds) == 42;
 }
