@@ -271,9 +271,13 @@ struct py_walk {
 	struct rp_py_proc py;
 	__u64 ptr;       /* thread state while finding it, then the frame */
 	__u64 self;      /* pthread_self of the sampled thread */
+	__u64 lo;        /* window holds [lo, lo + len) of the data stack */
+	__u32 len;
 	__u32 first, at; /* Python frames go to r->frames[first..at) */
-	__u32 found;     /* ptr is the sampled thread's state */
+	__u32 found;     /* ptr is the sampled thread's state, in ts */
+	__u8 ts[RP_PY_TS_READ];
 	__u8 buf[RP_PY_FRAME_READ];
+	__u8 window[RP_PY_WINDOW];
 };
 
 struct {
@@ -296,27 +300,79 @@ static __u64 read_u64(__u64 addr)
 	return v;
 }
 
-/* A field of the frame in buf; 0 past what was read. */
-static __u64 frame_field(const struct py_walk *w, __u32 off, __u32 size)
+/* A field of the frame at f (RP_PY_FRAME_READ bytes); 0 past them. */
+static __u64 frame_field(const __u8 *f, __u32 off, __u32 size)
 {
 	if (off > RP_PY_FRAME_READ - 8)
 		return 0;
-	__u64 v = *(const __u64 *)(w->buf + off);
+	__u64 v = *(const __u64 *)(f + off);
 	return size == 8 ? v : size == 4 ? (__u32)v : (__u8)v;
 }
 
-/* One thread state of the interpreter's list: stops at the sampled
- * thread's (found, ptr on it) or at the list's end. */
+/* A field of the thread state in ts; 0 past it. */
+static __u64 ts_field(const struct py_walk *w, __u32 off)
+{
+	if (off > RP_PY_TS_READ - 8)
+		return 0;
+	return *(const __u64 *)(w->ts + off);
+}
+
+/* One thread state of the interpreter's list, read at once: stops at the
+ * sampled thread's (found, ptr and ts on it) or at the list's end. */
 static long py_find_thread(__u64 i, struct py_ctx *c)
 {
 	struct py_walk *w = c->w;
+	__u32 n = w->py.ts_read;
 	(void)i;
-	if (read_u64(w->ptr + w->py.ts_thread_id) == w->self) {
+	if (n > RP_PY_TS_READ)
+		n = RP_PY_TS_READ;
+	if (bpf_probe_read_user(w->ts, n, (void *)w->ptr))
+		return 1;
+	if (ts_field(w, w->py.ts_thread_id) == w->self) {
 		w->found = 1;
 		return 1;
 	}
-	w->ptr = read_u64(w->ptr + w->py.ts_next);
+	w->ptr = ts_field(w, w->py.ts_next);
 	return w->ptr ? 0 : 1;
+}
+
+/* 3.11+: the top of the thread's data stack chunk, where its frames lie
+ * one after another, into window with one read (up to RP_PY_WINDOW bytes
+ * below the top, not below the chunk's start, and RP_PY_FRAME_READ above
+ * it, for the last frame's fields, within the chunk): the frames there
+ * cost no read of their own (docs/performance.md, "BPF time per Python
+ * sample").  Frames elsewhere (generators', 3.12's shims on the C stack,
+ * an older chunk's) are read one by one. */
+static void py_window(struct py_walk *w)
+{
+	__u32 ds = w->py.ts_datastack;
+	w->len = 0;
+	if (!ds)
+		return;
+	__u64 chunk = ts_field(w, ds), top = ts_field(w, ds + 8), limit = ts_field(w, ds + 16);
+	if (!chunk || chunk >= top || top > limit || limit >= 1ull << 56)
+		return;
+	__u64 hi = limit - top > RP_PY_FRAME_READ ? top + RP_PY_FRAME_READ : limit;
+	__u64 lo = hi - chunk > RP_PY_WINDOW ? hi - RP_PY_WINDOW : chunk;
+	__u64 len = hi - lo;
+	if (len > RP_PY_WINDOW)
+		return;
+	if (bpf_probe_read_user(w->window, len, (void *)lo) == 0) {
+		w->lo = lo;
+		w->len = len;
+	}
+}
+
+/* The frame at w->ptr: in the window, or read into buf. */
+static const __u8 *py_frame_bytes(struct py_walk *w)
+{
+	__u64 off = w->ptr - w->lo;
+	if (w->ptr >= w->lo && off <= RP_PY_WINDOW - RP_PY_FRAME_READ &&
+	    off + RP_PY_FRAME_READ <= w->len)
+		return w->window + off;
+	if (bpf_probe_read_user(w->buf, RP_PY_FRAME_READ, (void *)w->ptr))
+		return NULL;
+	return w->buf;
 }
 
 /* One frame, leaf first, into r->frames[at]; 1 ends the walk. */
@@ -325,17 +381,18 @@ static long py_frame(__u64 i, struct py_ctx *c)
 	struct py_walk *w = c->w;
 	struct rp_sampler_record *r = c->r;
 	(void)i;
-	if (!w->ptr || bpf_probe_read_user(w->buf, RP_PY_FRAME_READ, (void *)w->ptr))
+	const __u8 *f = w->ptr ? py_frame_bytes(w) : NULL;
+	if (!f)
 		return 1;
-	__u64 code = frame_field(w, w->py.fr_code, 8);
+	__u64 code = frame_field(f, w->py.fr_code, 8);
 	__u32 at = w->at;
 	if (w->py.entry_kind == RP_PY_ENTRY_SHIM &&
-	    frame_field(w, w->py.fr_entry, 1) == RP_PY_OWNED_BY_CSTACK) {
+	    frame_field(f, w->py.fr_entry, 1) == RP_PY_OWNED_BY_CSTACK) {
 		/* Below a run of the loop: the frame before was its outermost. */
 		if (at > w->first && at - 1 < sizeof(r->frames) / 8)
 			r->frames[at - 1] |= 1;
 	} else if (code) {
-		__u64 lasti, instr = frame_field(w, w->py.fr_instr, w->py.lasti_is_index ? 4 : 8);
+		__u64 lasti, instr = frame_field(f, w->py.fr_instr, w->py.lasti_is_index ? 4 : 8);
 		if (w->py.lasti_is_index)
 			lasti = (__s32)instr < 0 ? 0 : instr;
 		else
@@ -343,14 +400,14 @@ static long py_frame(__u64 i, struct py_ctx *c)
 		if (lasti > RP_SAMPLER_PY_LASTI_MAX)
 			lasti = RP_SAMPLER_PY_LASTI_MAX;
 		bool entry = w->py.entry_kind == RP_PY_ENTRY_EVERY ||
-			     (w->py.entry_kind == RP_PY_ENTRY_FLAG && frame_field(w, w->py.fr_entry, 1));
+			     (w->py.entry_kind == RP_PY_ENTRY_FLAG && frame_field(f, w->py.fr_entry, 1));
 		if (at >= sizeof(r->frames) / 8 || at >= w->first + RP_SAMPLER_PY_MAX)
 			return 1;
 		r->frames[at] = RP_SAMPLER_PY_TAG | lasti << RP_SAMPLER_PY_LASTI_SHIFT |
 				(code & RP_SAMPLER_PY_CODE_MASK & ~1ull) | entry;
 		w->at = at + 1;
 	}
-	__u64 prev = frame_field(w, w->py.fr_previous, 8);
+	__u64 prev = frame_field(f, w->py.fr_previous, 8);
 	if (prev == w->ptr)
 		return 1;
 	w->ptr = prev;
@@ -377,9 +434,10 @@ static __u32 python_stack(struct rp_sampler_record *r, __u32 pid, __u32 first)
 	w->found = 0;
 	if (!w->ptr || bpf_loop(256, py_find_thread, &c, 0) < 0 || !w->found)
 		return 0;
-	__u64 frame = read_u64(w->ptr + py->ts_frame);
+	__u64 frame = ts_field(w, py->ts_frame);
 	if (frame && py->cframe_frame != 0xffff)
 		frame = read_u64(frame + py->cframe_frame);
+	py_window(w);
 	w->ptr = frame;
 	w->first = w->at = first;
 	bpf_loop(2 * RP_SAMPLER_PY_MAX, py_frame, &c, 0);

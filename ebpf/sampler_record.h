@@ -64,6 +64,12 @@ enum rp_py_entry_kind {
 #define RP_PY_OWNED_BY_CSTACK 3
 /* Bytes of a frame read at once: every field the walk needs lies below. */
 #define RP_PY_FRAME_READ 104
+/* Bytes of a thread state read at once, at most (rp_py_proc.ts_read). */
+#define RP_PY_TS_READ 320
+/* Bytes of a thread's data stack (3.11+, where its frames lie one after
+ * another) read at once below its top: its frames there need no read of
+ * their own.  A power of two. */
+#define RP_PY_WINDOW 4096
 
 struct rp_py_proc {
 	__u64 runtime;          /* address of _PyRuntime */
@@ -80,6 +86,11 @@ struct rp_py_proc {
 				   (3.11, 3.12), instr_ptr (3.13+): pointers */
 	__u16 fr_entry;         /* see entry_kind */
 	__u16 code_start;       /* PyCodeObject.co_code_adaptive (3.11+) */
+	__u16 ts_datastack;     /* PyThreadState.datastack_chunk, followed by
+				   datastack_top and datastack_limit (3.11+); 0
+				   on 3.10, whose frames are heap objects */
+	__u16 ts_read;          /* bytes of a thread state read: every ts_
+				   field lies below, at most RP_PY_TS_READ */
 	__u8 lasti_is_index;    /* fr_instr is 3.10's int index */
 	__u8 entry_kind;        /* enum rp_py_entry_kind */
 };

@@ -365,6 +365,10 @@ static void test_process(void **state)
 	assert_int_equal(in.pid, child.pid);
 	assert_true(in.py.runtime == runtime);
 	assert_int_equal(in.py.ts_thread_id, 152); /* 3.11's, from Py_Version */
+	/* The BPF walk reads a thread state at once: every field it uses in. */
+	assert_true(in.py.ts_read <= RP_PY_TS_READ && in.py.ts_thread_id + 8 <= in.py.ts_read &&
+		    in.py.ts_next + 8 <= in.py.ts_read && in.py.ts_frame + 8 <= in.py.ts_read &&
+		    in.py.ts_datastack + 24 <= in.py.ts_read);
 	assert_int_equal(got.n, 1);
 	assert_int_equal(got.ev[0].kind, RP_EV_PY_CODE);
 	assert_string_equal(got.ev[0].name, "Fake.step\t/srv/fake.py");
