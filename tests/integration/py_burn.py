@@ -1,6 +1,7 @@
 """A Python workload with a known call chain: outer -> middle -> leaf_fib
 burns most of the CPU, outer -> middle -> string_work the rest.  Runs for
-the seconds given (default 4) and prints its pid first."""
+the seconds given (default 4) and prints its pid first.  A second
+argument puts that many frames of descend between outer and middle."""
 import sys
 import time
 
@@ -22,13 +23,20 @@ def middle(k):
     return string_work()
 
 
-def outer(seconds):
+def descend(depth, k):
+    return middle(k) if depth <= 1 else descend(depth - 1, k)
+
+
+def outer(seconds, depth):
     end = time.monotonic() + seconds
     k = 0
     while time.monotonic() < end:
-        middle(k)
+        if depth:
+            descend(depth, k)
+        else:
+            middle(k)
         k += 1
 
 
 print(__import__("os").getpid(), flush=True)
-outer(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0)
+outer(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0, int(sys.argv[2]) if len(sys.argv) > 2 else 0)

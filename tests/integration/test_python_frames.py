@@ -64,11 +64,11 @@ def folded(d, session, pid, tmp_path):
     return stacks
 
 
-def run_and_snapshot(daemon, python, script, tmp_path):
+def run_and_snapshot(daemon, python, script, tmp_path, *args):
     """Runs script for 3 s, then snapshots the daemon once the process has
     exited and been reaped (only the ring knows its code then): its
     stacks, from the folded export filtered to its pid."""
-    p = subprocess.run([python, script, "3"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([python, script, "3", *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     pid = int(p.stdout.split()[0])
     time.sleep(2)
@@ -115,6 +115,28 @@ def test_python_stacks_named_after_exit(daemon, python, tmp_path):
     # top level) stay unnamed; nothing of the script's own does.
     unknown = [(s, n) for s, n in stacks if "[unknown python frame]" in s]
     assert sum(n for _, n in unknown) < total / 20, unknown
+
+
+DEEP = 36
+
+
+@pytest.mark.parametrize("python", ["/usr/bin/python3.11", f"{PYENV}/3.12.1/bin/python3"])
+def test_python_stack_deeper_than_one_read(daemon, python, tmp_path):
+    """The sampler reads the top 4 KiB of a thread's data stack at once
+    (3.11+) and the frames below it one by one: a stack of about 7 KiB
+    (outer, 36 descend, middle, up to 18 leaf_fib; 3.12's shim frames on
+    the C stack among them) loses none of its frames, nor their order."""
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is not installed")
+    stacks = run_and_snapshot(daemon, python, PY_BURN, tmp_path, str(DEEP))
+    total = sum(n for _, n in stacks)
+    fib = [(s, n) for s, n in stacks if any(f.startswith("leaf_fib (") for f in s)]
+    assert total >= 100 and sum(n for _, n in fib) > total / 2, (total, stacks[:10])
+    for stack, _ in fib:
+        names = [f for f, file, _ in python_frames(stack) if file == PY_BURN]
+        i = names.index("middle")
+        assert names[:i] == ["<module>", "outer"] + ["descend"] * DEEP, stack
+        assert set(names[i + 1:]) == {"leaf_fib"}, stack
 
 
 def share(stacks, function):
