@@ -105,7 +105,12 @@ static long walk_frame(__u64 i, struct walk *c)
 	struct stack_copy *w = c->w;
 	__u64 next, ret, fp = w->fp, off = fp - w->sp;
 	(void)i;
-	if (fp >= w->sp && !(fp & 7) && off + 16 <= w->copied) {
+	/* A live frame lies above sp, 8-byte aligned: anything else is a
+	 * register that code without frame pointers uses for its own ends,
+	 * and reading there would cost a fault more often than not. */
+	if (fp < w->sp || (fp & 7))
+		return 1;
+	if (off + 16 <= w->copied) {
 		__u64 k = off / 8;
 		next = w->words[k & (STACK_WORDS - 1)];
 		ret = w->words[(k + 1) & (STACK_WORDS - 1)];
