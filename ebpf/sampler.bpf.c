@@ -181,12 +181,6 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
 	struct stack_copy *w = bpf_map_lookup_elem(&stack_copies, &zero);
 	if (!w)
 		return 1;
-	/* Near the top of the stack the whole copy may not be mapped. */
-	w->copied = 0;
-	if (bpf_probe_read_user(w->words, STACK_COPY, (void *)sp) == 0)
-		w->copied = STACK_COPY;
-	else if (bpf_probe_read_user(w->words, STACK_COPY / 8, (void *)sp) == 0)
-		w->copied = STACK_COPY / 8;
 	w->sp = sp;
 	w->fp = fp;
 	w->at = first + 1;
@@ -196,6 +190,16 @@ static __u32 user_stack(struct bpf_perf_event_data *ctx, struct rp_sampler_recor
 	w->top = stack_top(task);
 	w->valid = 1;
 	w->cut = 1;
+	/* A frame pointer that starts no walk (walk_frame) needs no copy:
+	 * code without frame pointers mostly has one. */
+	if (fp < sp || (fp & 7))
+		return 1;
+	/* Near the top of the stack the whole copy may not be mapped. */
+	w->copied = 0;
+	if (bpf_probe_read_user(w->words, STACK_COPY, (void *)sp) == 0)
+		w->copied = STACK_COPY;
+	else if (bpf_probe_read_user(w->words, STACK_COPY / 8, (void *)sp) == 0)
+		w->copied = STACK_COPY / 8;
 	struct walk c = { w, r };
 	bpf_loop(RP_SAMPLER_DEPTH_MAX - 1, walk_frame, &c, 0);
 	return w->at - first;
