@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import subprocess
 import tempfile
 import time
@@ -34,16 +35,22 @@ def progs():
     return {p["id"]: p for p in json.loads(out) if p.get("name") == "rp_on_sample"}
 
 
-def ours(before):
-    """The sampler program loaded since before: the one with a python map
-    (other ringprofds may run on the host)."""
-    out = subprocess.run(["bpftool", "-j", "map", "show"], capture_output=True, text=True,
-                         check=True).stdout
-    names = {m["id"]: m.get("name") for m in json.loads(out)}
-    found = [p for i, p in progs().items()
-             if i not in before and "python" in [names.get(m) for m in p.get("map_ids", [])]]
+def ours(daemon_pid):
+    """The sampler program of the daemon daemon_pid, found through the
+    prog_id of its file descriptors (other ringprofds may run on the
+    host, and start while this one runs)."""
+    ids = set()
+    for fd in pathlib.Path(f"/proc/{daemon_pid}/fdinfo").iterdir():
+        try:
+            m = re.search(r"^prog_id:\s*(\d+)", fd.read_text(), re.M)
+        except OSError:
+            continue
+        if m:
+            ids.add(int(m[1]))
+    found = [p for i, p in progs().items() if i in ids]
     if len(found) != 1:
-        raise RuntimeError(f"expected one new sampler program, found {len(found)}")
+        raise RuntimeError(f"expected one sampler program of ringprofd {daemon_pid}, "
+                           f"found {len(found)}")
     return found[0].get("run_time_ns", 0), found[0].get("run_cnt", 0)
 
 
@@ -52,7 +59,6 @@ def measure(build, cmd, seconds):
     tmp = tempfile.mkdtemp(prefix="rp-pyframes-")
     conf = pathlib.Path(tmp) / "ringprofd.conf"
     conf.write_text(f"[sampler]\nenabled = true\nfrequency = 999\npids = {work.pid}\n")
-    before = set(progs())
     sock = pathlib.Path(tmp) / "ctl.sock"
     daemon = subprocess.Popen([str(build / "daemon" / "ringprofd"), "--foreground", "--socket",
                                str(sock), "--state-dir", f"{tmp}/state", "--logdir", f"{tmp}/logs",
@@ -60,10 +66,10 @@ def measure(build, cmd, seconds):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.5)  # started, and the process described
-        t0, c0 = ours(before)
+        t0, c0 = ours(daemon.pid)
         start = time.monotonic()
         time.sleep(seconds)
-        t1, c1 = ours(before)
+        t1, c1 = ours(daemon.pid)
         wall = time.monotonic() - start
     finally:
         daemon.terminate()
