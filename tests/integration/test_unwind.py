@@ -43,12 +43,16 @@ def snapshot_stacks(daemon, pid, tmp_path):
 
 @pytest.mark.parametrize("program,mode,root", [(UNWIND_BURN, "main", "main"),
                                                (UNWIND_BURN_FP, "main", "main"),
-                                               (UNWIND_BURN, "thread", "burn_thread")],
-                         ids=["no-frame-pointers", "frame-pointers", "no-frame-pointers-thread"])
+                                               (UNWIND_BURN, "thread", "burn_thread"),
+                                               (UNWIND_BURN, "context", "burn_context")],
+                         ids=["no-frame-pointers", "frame-pointers", "no-frame-pointers-thread",
+                              "no-frame-pointers-own-stack"])
 def test_stacks_reach_main_through_the_callers(daemon, program, mode, root, tmp_path):
     """The sampler copies a stack only up to its thread's first frame (the
     main thread's arguments, another thread's control block): the unwind
-    still reaches main, or the thread's start function."""
+    still reaches main, or the thread's start function; on a stack of the
+    program's own (makecontext), it copies what reads and reaches the
+    function started there."""
     p = subprocess.Popen([program, "3", mode])
     assert p.wait(timeout=60) == 0
     stacks = snapshot_stacks(daemon, p.pid, tmp_path)

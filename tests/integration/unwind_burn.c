@@ -5,11 +5,15 @@
  * c<-b<-a<-main, b<-a<-main, a<-main.  Runs for argv[1] seconds; with
  * argv[2] "thread", in a thread of its own (c<-b<-a<-burn_thread<-
  * start_thread): the sampler copies a thread's stack up to its thread
- * control block, the main thread's up to its arguments. */
+ * control block, the main thread's up to its arguments; with "context",
+ * on a stack of its own (c<-b<-a<-burn_context, makecontext), which is
+ * neither: the sampler copies what reads of 8 KiB from sp. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <ucontext.h>
 
 #define KEEP __attribute__((noinline, noipa))
 
@@ -68,9 +72,34 @@ KEEP static void *burn_thread(void *arg)
 	return (void *)burn(thread_seconds);
 }
 
+static ucontext_t caller, callee;
+
+KEEP static void burn_context(void)
+{
+	(void)burn(thread_seconds);
+}
+
+/* On a 256 KiB mapping of its own, as coroutine libraries allocate. */
+static int run_on_own_stack(void)
+{
+	size_t size = 256 * 1024;
+	void *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (stack == MAP_FAILED || getcontext(&callee))
+		return 1;
+	callee.uc_stack.ss_sp = stack;
+	callee.uc_stack.ss_size = size;
+	callee.uc_link = &caller;
+	makecontext(&callee, burn_context, 0);
+	return swapcontext(&caller, &callee) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	double seconds = argc > 1 ? atof(argv[1]) : 2.0;
+	if (argc > 2 && strcmp(argv[2], "context") == 0) {
+		thread_seconds = seconds;
+		return run_on_own_stack();
+	}
 	if (argc > 2 && strcmp(argv[2], "thread") == 0) {
 		pthread_t t;
 		void *total;
