@@ -640,6 +640,39 @@ def test_attach_registers_the_workload(tmp_path):
         d.stop()
 
 
+def test_detach_route(tmp_path):
+    """POST /v1/xla/endpoints/PID/detach for a process that registered
+    nothing, a registration whose server is gone, and no process."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="")).start()
+    try:
+        assert d.ok("POST", f"/v1/xla/endpoints/{os.getpid()}/detach") == {
+            "pid": os.getpid(), "detached": []}
+        # Registered (this process, a port nobody serves): backing off, then
+        # forgotten by the detach, registration file and all.
+        d.ok("POST", "/v1/xla/endpoints", {"address": f"127.0.0.1:{free_port()}",
+                                            "pid": os.getpid()})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not xla_collector(d)["endpoints"]:
+            time.sleep(0.2)
+        assert xla_collector(d)["endpoints"] == 1, xla_collector(d)
+        assert d.ok("POST", f"/v1/xla/endpoints/{os.getpid()}/detach") == {
+            "pid": os.getpid(), "detached": ["xla"]}
+        deadline = time.monotonic() + 10  # status is refreshed once a round
+        while time.monotonic() < deadline and xla_collector(d)["endpoints"]:
+            time.sleep(0.2)
+        assert xla_collector(d)["endpoints"] == 0, xla_collector(d)
+        assert not os.path.exists(os.path.join(d.state_dir, "xla-endpoints", str(os.getpid())))
+        for bad in ("x1", "0", "99999999999"):
+            status, body = d.request("POST", f"/v1/xla/endpoints/{bad}/detach")
+            assert status == 400 and "not a process id" in body["error"]["message"], body
+        status, _ = d.request("GET", f"/v1/xla/endpoints/{os.getpid()}/detach")
+        assert status == 405
+        assert d.alive()
+    finally:
+        d.stop()
+
+
 @pytest.mark.skipif(SANITIZED, reason="the workload imports jaxlib, which cannot run with the ASan "
                     "runtime preloaded, and the ringprof package of the sanitized pass needs it: "
                     "checked in the normal pass")
@@ -655,12 +688,6 @@ def test_exit_detaches_with_the_last_window(tmp_path):
     d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="").replace(
         "exports = all", "exports = json").replace("window = 1s", "window = 60s")).start()
     try:
-        # The route, for a process that registered nothing and for no process.
-        assert d.ok("POST", f"/v1/xla/endpoints/{os.getpid()}/detach") == {
-            "pid": os.getpid(), "detached": []}
-        status, body = d.request("POST", "/v1/xla/endpoints/x1/detach")
-        assert status == 400 and "not a process id" in body["error"]["message"], body
-
         d.cli("start", "--name", "whole", check=True)
         log = tmp_path / "steps.log"
         env = dict(d.env())
@@ -668,6 +695,9 @@ def test_exit_detaches_with_the_last_window(tmp_path):
         r = subprocess.run([sys.executable, str(WORKLOAD), "attach", "4", str(log)], env=env,
                            capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "may be lost" not in r.stderr, r.stderr
+        deadline = time.monotonic() + 10  # status is refreshed once a round
+        while time.monotonic() < deadline and xla_collector(d)["endpoints"]:
+            time.sleep(0.2)
         col = xla_collector(d)
         assert col["endpoints"] == 0 and col["windows"] == 1, col
         assert col["events"] > 1000 and col["lost"] == 0, col
