@@ -80,6 +80,23 @@ NO_FP static uint64_t chain_a(volatile uint64_t *work)
 	return chain_b(local) + 1;
 }
 
+/* chain_b's caller whose CFI finds the CFA through an expression
+ * (DW_CFA_def_cfa_expression: DW_OP_breg7 16, the same rsp + 16 as a
+ * rule), which no compiled row has: its callees' samples go to libdwfl. */
+uint64_t chain_expr(volatile uint64_t *work);
+__asm__(".text\n"
+	".type chain_expr, @function\n"
+	"chain_expr:\n"
+	".cfi_startproc\n"
+	"	sub $8, %rsp\n"
+	"	.cfi_escape 0x0f, 0x02, 0x77, 0x10\n"
+	"	call chain_b\n"
+	"	add $8, %rsp\n"
+	"	.cfi_def_cfa_offset 8\n"
+	"	ret\n"
+	".cfi_endproc\n"
+	".size chain_expr, .-chain_expr\n");
+
 static struct rp_unwind_input input(void)
 {
 	return (struct rp_unwind_input){ .pid = (uint32_t)getpid(), .tid = (uint32_t)gettid(),
@@ -95,28 +112,80 @@ static struct rp_unwind *new_unwind(void)
 	return u;
 }
 
+/* Unwinds in with the compiled rows (u) and with libdwfl alone (dwfl):
+ * both give the same frames.  Returns how many. */
+static unsigned unwind_both(struct rp_unwind *u, struct rp_unwind *dwfl,
+			    const struct rp_unwind_input *in, uint64_t *frames, unsigned max)
+{
+	uint64_t by_dwfl[RP_SAMPLER_DEPTH_MAX];
+	unsigned n = rp_unwind_stack(u, in, frames, max);
+	assert_int_equal(rp_unwind_stack(dwfl, in, by_dwfl, max), n);
+	assert_memory_equal(frames, by_dwfl, n * sizeof(frames[0]));
+	return n;
+}
+
+static struct rp_unwind *new_dwfl_only(void)
+{
+	struct rp_unwind *u = new_unwind();
+	rp_unwind_use_rules(u, false);
+	return u;
+}
+
 static void test_recorded_stack(void **state)
 {
 	(void)state;
 	volatile uint64_t work = 7;
 	assert_int_equal(chain_a(&work), 7 + 3 + 2);
 	assert_true(rec.len >= 512);
-	struct rp_unwind *u = new_unwind();
+	struct rp_unwind *u = new_unwind(), *dwfl = new_dwfl_only();
 	uint64_t frames[RP_SAMPLER_DEPTH_MAX];
 	struct rp_unwind_input in = input();
-	unsigned n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	unsigned n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
 	/* chain_c's ip, then into chain_b, chain_a, this test, cmocka, main. */
 	assert_true(n >= 5);
 	assert_int_equal(frames[0], rec.ip);
 	assert_int_equal(frames[1], rec.returns[0]);
 	assert_int_equal(frames[2], rec.returns[1]);
 	assert_int_equal(frames[3], rec.returns[2]);
-	/* Bounded by max; the second sample reuses the process's mappings. */
-	assert_int_equal(rp_unwind_stack(u, &in, frames, 2), 2);
+	/* Bounded by max; the second sample reuses the process's mappings
+	 * and the rows compiled for the first. */
 	struct rp_unwind_stats st;
 	rp_unwind_stats(u, &st);
+	uint64_t rows = st.rows;
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, 2), 2);
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX), n);
+	rp_unwind_stats(u, &st);
 	assert_int_equal(st.processes, 1);
-	assert_int_equal(st.unwound, 2);
+	assert_int_equal(st.unwound, 3);
+	assert_int_equal(st.by_rules, 3);
+	assert_true(rows >= 4);
+	assert_int_equal(st.rows, rows);
+	rp_unwind_stats(dwfl, &st);
+	assert_int_equal(st.by_rules, 0);
+	assert_int_equal(st.rows, 0);
+
+	/* Through a frame whose CFA is an expression: libdwfl unwinds it,
+	 * and the rows agree up to it. */
+	assert_int_equal(chain_expr(&work), 7 + 3 + 1);
+	in = input();
+	rp_unwind_stats(u, &st);
+	uint64_t by_rules = st.by_rules;
+	n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	assert_true(n >= 5);
+	assert_int_equal(frames[1], rec.returns[0]);
+	assert_int_equal(frames[2], rec.returns[1]);
+	assert_true(frames[2] > (uint64_t)(uintptr_t)chain_expr &&
+		    frames[2] < (uint64_t)(uintptr_t)chain_expr + 16);
+	/* Past it into this test. */
+	assert_true(frames[3] > (uint64_t)(uintptr_t)test_recorded_stack &&
+		    frames[3] < (uint64_t)(uintptr_t)test_recorded_stack + 4096);
+	rp_unwind_stats(u, &st);
+	assert_int_equal(st.by_rules, by_rules);
+	/* A stack cut before that frame stays on the rows. */
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, 3), 3);
+	rp_unwind_stats(u, &st);
+	assert_int_equal(st.by_rules, by_rules + 1);
+	rp_unwind_free(dwfl);
 
 	/* Votes: RP_UNWIND_AGREE agreeing walks in a row, then counting again;
 	 * one that disagrees starts over; a process never unwound has none. */
@@ -143,7 +212,7 @@ static void test_hostile_stacks(void **state)
 	(void)state;
 	volatile uint64_t work = 1;
 	(void)chain_a(&work);
-	struct rp_unwind *u = new_unwind();
+	struct rp_unwind *u = new_unwind(), *dwfl = new_dwfl_only();
 	uint64_t frames[RP_SAMPLER_DEPTH_MAX];
 	srandom(14);
 	for (unsigned round = 0; round < 2000; round++) {
@@ -161,20 +230,25 @@ static void test_hostile_stacks(void **state)
 			in.ip = (uint64_t)random() << 20;
 		if (round % 7 == 0)
 			in.sp = (uint64_t)random() << 12;
-		unsigned n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+		unsigned n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
 		assert_true(n <= RP_SAMPLER_DEPTH_MAX);
 	}
+	/* Both ways ran: the rows, and libdwfl where ip is in no binary. */
+	struct rp_unwind_stats st;
+	rp_unwind_stats(u, &st);
+	assert_true(st.by_rules > 0 && st.by_rules < 2000);
 	/* Every return address leads back into the same frame: a loop that
 	 * only max ends. */
 	struct rp_unwind_input in = input();
 	for (size_t i = 0; i < rec.len / 8; i++)
 		((uint64_t *)rec.stack)[i] = rec.ip;
-	assert_true(rp_unwind_stack(u, &in, frames, 16) <= 16);
+	assert_true(unwind_both(u, dwfl, &in, frames, 16) <= 16);
 	/* A process that is not there: nothing, no crash. */
 	in.pid = 0x7ffffff0;
-	assert_int_equal(rp_unwind_stack(u, &in, frames, 16), 0);
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, 16), 0);
 	rp_unwind_reap(u);
 	rp_unwind_free(u);
+	rp_unwind_free(dwfl);
 }
 
 /* The frame-pointer walk against the CFI unwind (leaf first): whole, with
