@@ -294,7 +294,7 @@ static struct row compile_row(Dwfl *dwfl, uint64_t pc)
 		if (!cfi || dwarf_cfi_addrframe(cfi, pc - bias, &frame) != 0)
 			return r;
 	}
-	Dwarf_Addr start, end, low, high;
+	Dwarf_Addr start, end, low = 0, high = 0;
 	bool signal;
 	Dwarf_Op *cfa;
 	size_t ncfa;
@@ -305,14 +305,16 @@ static struct row compile_row(Dwfl *dwfl, uint64_t pc)
 		r.cfa_off = cfa[0].number2;
 	for (unsigned i = 0; i < NREGS && !r.slow; i++)
 		r.slow = !compile_register(frame, i, &r);
-	/* A row of .eh_frame serves every pc of its range, within the
-	 * module; one of .debug_frame only its pc: libdwfl asks .debug_frame
-	 * only where .eh_frame has nothing, which a range could hide. */
+	/* A row of .eh_frame serves pc up to the row's end, within the
+	 * module: libdw runs the FDE's program to the first advance past the
+	 * pc, the same one for every pc in [pc, end).  Not from the row's
+	 * start: after DW_CFA_restore_state libdw gives the start of the
+	 * state remembered, rows before.  A row of .debug_frame serves only
+	 * its pc: libdwfl asks .debug_frame only where .eh_frame has
+	 * nothing, which a range could hide. */
 	(void)dwfl_module_info(mod, NULL, &low, &high, NULL, NULL, NULL, NULL);
-	if (eh && start + bias <= pc && pc < end + bias) {
-		r.lo = start + bias > low ? start + bias : low;
+	if (eh && pc < end + bias && pc < high)
 		r.hi = end + bias < high ? end + bias : high;
-	}
 	free(frame);
 	return r;
 }

@@ -97,6 +97,36 @@ __asm__(".text\n"
 	".cfi_endproc\n"
 	".size chain_expr, .-chain_expr\n");
 
+/* chain_b's caller with an early return whose epilogue the CFI brackets
+ * with DW_CFA_remember_state and DW_CFA_restore_state, as gcc does: after
+ * the restore libdw gives the row's start as the remembered state's, rows
+ * before, so a compiled row must not reach down from the call to the
+ * early return (rsp + 8 there, rsp + 32 at the call). */
+uint64_t chain_remember(volatile uint64_t *work);
+extern const char chain_remember_early_ret[] __attribute__((visibility("hidden")));
+__asm__(".text\n"
+	".type chain_remember, @function\n"
+	"chain_remember:\n"
+	".cfi_startproc\n"
+	"	sub $24, %rsp\n"
+	"	.cfi_def_cfa_offset 32\n"
+	"	test %rdi, %rdi\n"
+	"	jne 1f\n"
+	"	.cfi_remember_state\n"
+	"	add $24, %rsp\n"
+	"	.cfi_def_cfa_offset 8\n"
+	".hidden chain_remember_early_ret\n"
+	"chain_remember_early_ret:\n"
+	"	ret\n"
+	"1:\n"
+	"	.cfi_restore_state\n"
+	"	call chain_b\n"
+	"	add $24, %rsp\n"
+	"	.cfi_def_cfa_offset 8\n"
+	"	ret\n"
+	".cfi_endproc\n"
+	".size chain_remember, .-chain_remember\n");
+
 static struct rp_unwind_input input(void)
 {
 	return (struct rp_unwind_input){ .pid = (uint32_t)getpid(), .tid = (uint32_t)gettid(),
@@ -185,6 +215,21 @@ static void test_recorded_stack(void **state)
 	assert_int_equal(unwind_both(u, dwfl, &in, frames, 3), 3);
 	rp_unwind_stats(u, &st);
 	assert_int_equal(st.by_rules, by_rules + 1);
+
+	/* Through chain_remember's call (its row compiled), then a sample at
+	 * its early return: rsp + 8 there, the return address at sp. */
+	assert_int_equal(chain_remember(&work), 7 + 3 + 1);
+	in = input();
+	n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	assert_true(n >= 4);
+	assert_true(frames[2] > (uint64_t)(uintptr_t)chain_remember &&
+		    frames[2] < (uint64_t)(uintptr_t)chain_remember_early_ret + 16);
+	uint64_t *words = (uint64_t *)rec.stack;
+	words[0] = rec.returns[1];
+	words[3] = rec.returns[0];
+	in.ip = (uint64_t)(uintptr_t)chain_remember_early_ret;
+	assert_true(unwind_both(u, dwfl, &in, frames, 2) == 2);
+	assert_int_equal(frames[1], rec.returns[1]);
 	rp_unwind_free(dwfl);
 
 	/* Votes: RP_UNWIND_AGREE agreeing walks in a row, then counting again;
