@@ -4,10 +4,11 @@
  * rows and with libdwfl alone.  Whatever it holds, both stay within the
  * copy and max frames and give the same frames.
  *
- * Input: ip, bp, then the stack's words (sp is fixed).  A word whose top
- * 16 bits are 0xfffe becomes an address in this program's code (a return
- * address the rows compile), 0xfffd a pointer into the copy (a saved rbp
- * or a CFA base); any other is taken as it is. */
+ * Input: ip, bp, then the stack's words (sp is fixed), and a last byte
+ * for max.  A word whose top 16 bits are 0xfffe becomes an address in
+ * this program's code (a return address the rows compile), 0xfffd a
+ * pointer into the copy (a saved rbp or a CFA base); any other is taken
+ * as it is. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +24,17 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* The linker's bounds of this program's code. */
-extern char __executable_start, etext;
+/* This program's code around the unwinder's (the collectors' library is
+ * linked in): gcc's CFI there has every row form the rows compile,
+ * remembered and restored states included. */
+#define CODE_SPAN 0x20000u
 
 static uint64_t word(uint64_t w, size_t len)
 {
-	uint64_t code = (uint64_t)(uintptr_t)&__executable_start;
-	uint64_t code_len = (uint64_t)(uintptr_t)&etext - code;
+	uint64_t code = (uint64_t)(uintptr_t)rp_unwind_stack - CODE_SPAN / 2;
 	switch (w >> 48) {
 	case 0xfffe:
-		return code + (w & 0xffffffffu) % code_len;
+		return code + (w & 0xffffffffu) % CODE_SPAN;
 	case 0xfffd:
 		return SP + (len ? (w & 0xffffu) % len : 0);
 	default:
