@@ -1,8 +1,9 @@
 /* collectors/cpu/unwind: stacks recorded here the way the BPF sampler
  * records them (the user registers and the stack's top, read as
- * bpf_probe_read_user reads it), unwound offline with this program's CFI;
+ * bpf_probe_read_user reads it), unwound offline with this program's CFI
+ * twice, by the compiled rows and by libdwfl alone, to the same frames;
  * hostile stacks (random words, a frame that returns to itself,
- * registers anywhere) stay bounded.  The whole path, BPF copy and daemon,
+ * registers anywhere) stay bounded and agree too.  The whole path, BPF copy and daemon,
  * runs in tests/integration/test_unwind.py. */
 #include <errno.h>
 #include <setjmp.h>
