@@ -53,7 +53,7 @@ struct rp_collector_env {
 };
 
 /* Collector-specific values in the stats, named by rp_collector.values. */
-#define RP_COLLECTOR_MAX_VALUES 4
+#define RP_COLLECTOR_MAX_VALUES 5
 
 struct rp_collector_stats {
 	uint64_t events;     /* handed to the ring */
@@ -106,6 +106,13 @@ struct rp_collector {
 	 * later (a device buffer decoded every second), returning once it is
 	 * in its producer rings.  Bounded: a few hundred ms at most. */
 	int (*flush)(void *state, struct rp_err *err);
+	/* Optional, any thread (thread-safe): process pid is about to exit and
+	 * says so (POST /v1/xla/endpoints/PID/detach, which ringprof.xla
+	 * sends at exit): take from it now what the collector would take later
+	 * (a peer's last window), then let go of it.  1 when the collector had
+	 * something of pid, 0 when not.  Bounded by a call's deadline: seconds
+	 * at most. */
+	int (*detach)(void *state, uint32_t pid, struct rp_err *err);
 	void (*stop)(void *state);
 };
 

@@ -58,7 +58,7 @@
 
 enum op {
 	OP_NONE = -1, OP_STATUS, OP_SNAPSHOT, OP_LIST, OP_START, OP_GET, OP_STOP, OP_METRICS,
-	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN, OP_XLA_REGISTER, OP_PAUSE, OP_RESUME,
+	OP_ALERTMANAGER, OP_KEEP, OP_SHUTDOWN, OP_XLA_REGISTER, OP_XLA_DETACH, OP_PAUSE, OP_RESUME,
 };
 
 struct rp_api;
@@ -682,7 +682,8 @@ struct resource {
 
 static bool resolve(const char *url, struct resource *r)
 {
-	static const char sessions[] = "/v1/sessions/", collectors[] = "/v1/collectors/";
+	static const char sessions[] = "/v1/sessions/", collectors[] = "/v1/collectors/",
+			  xla_endpoints[] = "/v1/xla/endpoints/";
 	*r = (struct resource){ .get = OP_NONE, .post = OP_NONE };
 	if (!strcmp(url, "/v1/status")) {
 		r->get = OP_STATUS;
@@ -699,6 +700,14 @@ static bool resolve(const char *url, struct resource *r)
 		r->post = OP_SHUTDOWN;
 	} else if (!strcmp(url, "/v1/xla/endpoints")) {
 		r->post = OP_XLA_REGISTER;
+	} else if (!strncmp(url, xla_endpoints, sizeof(xla_endpoints) - 1)) {
+		/* /v1/xla/endpoints/PID/detach */
+		r->id = url + sizeof(xla_endpoints) - 1;
+		const char *slash = strchr(r->id, '/');
+		r->id_len = slash ? (size_t)(slash - r->id) : 0;
+		if (r->id_len == 0 || strcmp(slash, "/detach"))
+			return false;
+		r->post = OP_XLA_DETACH;
 	} else if (!strncmp(url, collectors, sizeof(collectors) - 1)) {
 		/* /v1/collectors/NAME/pause and /resume */
 		r->id = url + sizeof(collectors) - 1;
@@ -835,7 +844,7 @@ static enum MHD_Result begin(struct listener *l, struct MHD_Connection *c, const
 	struct rp_err e;
 	if (!resolve(url, &r)) {
 		rp_err_set(&e, -ENOENT,
-			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop, /v1/sessions/ID/keep, /v1/alertmanager, /v1/shutdown and /metrics",
+			   "no such resource %.200s: the API has /v1/status, /v1/snapshot, /v1/sessions, /v1/sessions/ID, /v1/sessions/ID/stop, /v1/sessions/ID/keep, /v1/alertmanager, /v1/collectors/NAME/pause, /v1/collectors/NAME/resume, /v1/xla/endpoints, /v1/xla/endpoints/PID/detach, /v1/shutdown and /metrics",
 			   url);
 		return send_error(rq, MHD_HTTP_NOT_FOUND, e.msg);
 	}
@@ -985,6 +994,16 @@ static enum MHD_Result dispatch(struct rp_api *api, struct request *rq)
 		if (rc == 0)
 			rc = ops->xla_register(api->ctx, address, pid, &out, &err);
 		return reply(rq, rc, out, &err, MHD_HTTP_CREATED);
+	}
+	case OP_XLA_DETACH: {
+		unsigned pid = 0;
+		rc = parse_empty(rq, "POST /v1/xla/endpoints/PID/detach", &err);
+		if (rc == 0 && rp_parse_uint(rq->id, 1, INT32_MAX, &pid, &err) < 0)
+			rc = rp_err_set(&err, -EINVAL, "'%.32s' in /v1/xla/endpoints/PID/detach is not a "
+					"process id", rq->id);
+		if (rc == 0)
+			rc = ops->xla_detach(api->ctx, pid, &out, &err);
+		return reply(rq, rc, out, &err, MHD_HTTP_OK);
 	}
 	case OP_NONE:
 		break;

@@ -80,6 +80,9 @@ struct rp_api_ops {
 	 * collector to pull from until process pid exits. */
 	int (*xla_register)(void *ctx, const char *address, uint32_t pid, json_t **out,
 			    struct rp_err *err);
+	/* POST /v1/xla/endpoints/PID/detach: process pid is about to exit;
+	 * {"pid": N, "detached": [collectors that had something of it]}. */
+	int (*xla_detach)(void *ctx, uint32_t pid, json_t **out, struct rp_err *err);
 	/* POST /v1/collectors/NAME/pause and /resume. */
 	int (*collector_pause)(void *ctx, const char *name, bool paused, json_t **out,
 			       struct rp_err *err);

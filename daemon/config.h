@@ -133,6 +133,8 @@ struct rp_config {
 	unsigned xla_host_tracer_level;    /* 0..3 */
 	unsigned xla_device_tracer_level;  /* 0..1 */
 	unsigned xla_python_tracer_level;  /* 0..1 */
+	unsigned xla_overhead_budget_pct;  /* 0..100; 0 = record all the time */
+	uint64_t xla_event_cost_ns;        /* the workload's cost per event, 1 ns..1 ms */
 	/* [gpu_pm]: CUPTI PM sampling of each GPU, as counters into gpuN */
 	bool gpu_pm_enabled;
 	uint64_t gpu_pm_interval_ns;       /* 100 us..1 s */

@@ -1300,6 +1300,28 @@ static int op_xla_register(void *ctx, const char *address, uint32_t pid, json_t 
 	return *out ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
 }
 
+/* The registration goes first, so that the collector does not take the
+ * server up again; then each collector takes what it holds of pid. */
+static int op_xla_detach(void *ctx, uint32_t pid, json_t **out, struct rp_err *err)
+{
+	struct rp_control *c = ctx;
+	char path[PATH_MAX + 32], names[256];
+	snprintf(path, sizeof(path), "%s/%s/%u", c->cfg->state_dir, RP_XLA_REGISTRY_DIR, pid);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return rp_err_set(err, -errno, "cannot remove %s: %s", path, strerror(errno));
+	int rc = rp_rings_detach(c->rings, pid, names, sizeof(names), err);
+	if (rc < 0)
+		return rc;
+	json_t *list = json_array();
+	bool ok = list != NULL;
+	for (char *save = NULL, *n = strtok_r(names, ",", &save); ok && n;
+	     n = strtok_r(NULL, ",", &save))
+		ok = json_array_append_new(list, json_string(n)) == 0;
+	*out = ok ? json_pack("{s:I, s:O}", "pid", (json_int_t)pid, "detached", list) : NULL;
+	json_decref(list);
+	return *out ? 0 : rp_err_set(err, -ENOMEM, "out of memory");
+}
+
 static int op_collector_pause(void *ctx, const char *name, bool paused, json_t **out,
 			      struct rp_err *err)
 {
@@ -1393,5 +1415,6 @@ const struct rp_api_ops rp_control_ops = {
 	.alertmanager = op_alertmanager,
 	.session_keep = op_session_keep,
 	.xla_register = op_xla_register,
+	.xla_detach = op_xla_detach,
 	.collector_pause = op_collector_pause,
 };

@@ -112,7 +112,7 @@ struct rp_rings {
 	pthread_t thread;
 	pthread_mutex_t lock;            /* guards everything below */
 	pthread_cond_t wake;             /* to the ingest thread */
-	pthread_cond_t served;           /* from it: a flush or a rate change done */
+	pthread_cond_t served;           /* a flush or a rate change done, the last detach */
 	struct pending *pending;
 	uint64_t flush_requested, flush_done;
 	int flush_status;
@@ -122,6 +122,7 @@ struct rp_rings {
 	uint64_t hz_requested, hz_done;
 	struct rp_err hz_err;
 	bool stop;
+	unsigned detaching;              /* rp_rings_detach calls in progress */
 	rp_drain_observer observer;      /* handed to every drain by the ingest thread */
 	void *observer_ctx;
 };
@@ -885,6 +886,8 @@ void rp_rings_stop(struct rp_rings *r)
 	pthread_mutex_lock(&r->lock);
 	r->stop = true;
 	pthread_cond_signal(&r->wake);
+	while (r->detaching)
+		pthread_cond_wait(&r->served, &r->lock);
 	pthread_mutex_unlock(&r->lock);
 	pthread_join(r->thread, NULL);
 	free_rings(r);
@@ -1073,6 +1076,39 @@ int rp_rings_collector_pause(struct rp_rings *r, const char *name, bool paused,
 	}
 	pthread_mutex_unlock(&r->lock);
 	return rc;
+}
+
+int rp_rings_detach(struct rp_rings *r, uint32_t pid, char *names, size_t size,
+		    struct rp_err *err)
+{
+	/* Without the lock: a detach waits for a peer for seconds, which the
+	 * ingest thread must not.  The collectors' table and states do not
+	 * change while the daemon runs, and stop waits for the count. */
+	pthread_mutex_lock(&r->lock);
+	bool stopping = r->stop;
+	r->detaching += !stopping;
+	pthread_mutex_unlock(&r->lock);
+	if (stopping)
+		return rp_err_set(err, -ESHUTDOWN, "ringprofd is shutting down");
+	size_t used = 0;
+	names[0] = 0;
+	for (unsigned i = 0; i < r->ncollectors; i++) {
+		const struct collector *c = &r->collectors[i];
+		struct rp_err why = { 0 };
+		int rc = c->ops->detach && c->state ? c->ops->detach(c->state, pid, &why) : 0;
+		if (rc < 0)
+			fprintf(stderr, "ringprofd: %s: process %u: %s\n", c->ops->title, pid, why.msg);
+		if (rc > 0 && used < size) {
+			int n = snprintf(names + used, size - used, "%s%s", used ? "," : "",
+					 c->ops->name);
+			used += n > 0 ? (size_t)n : 0;
+		}
+	}
+	pthread_mutex_lock(&r->lock);
+	if (!--r->detaching)
+		pthread_cond_broadcast(&r->served);
+	pthread_mutex_unlock(&r->lock);
+	return 0;
 }
 
 void rp_rings_producer_metrics(struct rp_rings *r, FILE *f)

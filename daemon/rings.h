@@ -117,6 +117,11 @@ void rp_rings_producer_stats(struct rp_rings *r, struct rp_producer_stats *st);
 void rp_rings_producer_metrics(struct rp_rings *r, FILE *f);
 /* Collector i (0 ..); -ENOENT past the end. */
 RP_MUST_CHECK int rp_rings_collector(struct rp_rings *r, unsigned i, struct rp_collector_info *info);
+/* Process pid is about to exit: each running collector's detach
+ * (collector.h), which may take seconds.  names gets those that had
+ * something of it, comma-separated (size bytes at most). */
+RP_MUST_CHECK int rp_rings_detach(struct rp_rings *r, uint32_t pid, char *names, size_t size,
+				  struct rp_err *err);
 /* Pause or resume the running collector name (collector.h pause). */
 RP_MUST_CHECK int rp_rings_collector_pause(struct rp_rings *r, const char *name, bool paused,
 					   struct rp_err *err);

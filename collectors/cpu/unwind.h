@@ -9,6 +9,10 @@
  * may read.  Each process's mappings and the CFI loaded from them are kept
  * for the next samples, for RP_UNWIND_PROCS processes at most (least
  * recently used out), read again when a sample runs outside them.
+ * Each CFI row libdw gives is compiled once per process into a rule on
+ * rbp, rsp and the return address, which steps the copy without libdwfl;
+ * a sample that meets a row of any other form is unwound by libdwfl, so
+ * that the frames are libdwfl's either way.
  *
  * Bounded for hostile processes: reads never leave the copy, at most max
  * frames, a binary that does not parse only ends the unwind.
@@ -38,6 +42,8 @@ struct rp_unwind_stats {
 	uint64_t unwound;    /* samples that gave two frames or more */
 	uint64_t failed;     /* samples whose unwind stopped at the first frame */
 	uint64_t processes;  /* mappings read (a process's first sample, or again) */
+	uint64_t by_rules;   /* samples unwound by compiled rows alone, no libdwfl */
+	uint64_t rows;       /* CFI rows compiled (each asked of libdw once) */
 };
 
 struct rp_unwind;
@@ -45,6 +51,10 @@ struct rp_unwind;
 /* proc_root: "/proc", another directory in tests. */
 RP_MUST_CHECK int rp_unwind_new(const char *proc_root, struct rp_unwind **out, struct rp_err *err);
 void rp_unwind_free(struct rp_unwind *u);
+
+/* Whether samples go through the compiled rows first (the default) or
+ * straight to libdwfl: for tests and measurement, which compare both. */
+void rp_unwind_use_rules(struct rp_unwind *u, bool on);
 
 /* Unwinds in: writes the instruction pointer, then the return addresses,
  * leaf first, at most max, to out.  Returns how many (0: the process or

@@ -10,7 +10,20 @@
  * posts /v1/xla/endpoints, which leaves <state_dir>/xla-endpoints/PID):
  * a registry thread looks there every REGISTRY_PERIOD_NS, pulls from each
  * such server with pid = PID, and forgets it (and its file) once PID has
- * exited.  A slot's rings outlive its endpoint: the next one reuses them.
+ * exited.  A workload that says it is leaving (ringprof.xla.detach(), at
+ * its exit: the contract's detach op) gets its last window pulled and its
+ * session stopped before it goes, so neither the end of its run nor a
+ * server torn down mid-call is lost.  A slot's rings outlive its
+ * endpoint: the next one reuses them.
+ *
+ * Recording costs the workload about [xla] event_cost per event (JAX's
+ * TraceMe and the server serializing its XSpace; bench/xla.py), so a
+ * program of many tiny ops pays much more than one of long ops.  After
+ * each window the collector estimates that cost (events per second times
+ * event_cost) and, when it is over [xla] overhead_budget, stops recording
+ * for long enough that the share of time recorded times the cost stays
+ * within the budget (a duty cycle; PAUSE_MAX_NS at most); status says how
+ * much of the time is recorded and why.
  *
  * A server that is down, slow or hostile costs its thread only: every
  * call has a deadline (window + PULL_SLACK_MS), responses are capped at
@@ -46,6 +59,10 @@
 /* How long a full ring may hold the writer up before records drop. */
 #define RING_WAIT_MAX_NS 2000000000ull
 #define REGISTRY_PERIOD_NS 1000000000ull
+/* The longest pause of the duty cycle: a snapshot finds a window of every
+ * workload within this long. */
+#define PAUSE_MAX_NS (60 * 1000000000ull)
+#define RATE_EXTENT_MIN_NS 100000000ull
 
 enum mode { MODE_UNKNOWN, MODE_CONTINUOUS, MODE_PROFILE };
 
@@ -63,6 +80,7 @@ struct endpoint {
 	pthread_t thread;
 	bool active;                  /* a thread runs for it; under lock */
 	bool quit;                    /* its thread should end; under lock */
+	bool last;                    /* pull one last window, then end; under lock */
 	/* The thread's own. */
 	struct ring_slot rings[MAX_RINGS];
 	unsigned nrings;
@@ -71,16 +89,23 @@ struct endpoint {
 	uint64_t written_end_ns;      /* latest event end written */
 	uint64_t win_start_ns, win_end_ns; /* of the window being written */
 	uint64_t win_events, win_dups;
+	uint64_t recording_since_ns;  /* the session's start or last snapshot */
+	uint64_t win_span_ns;         /* its recording and the call's serializing */
 	/* Shared with stats, under x->lock. */
 	const char *state;            /* "starting", "continuous", "profile", "backing off" */
 	char error[200];
 	uint64_t windows, events, duplicates, failures, gap_ns, backoff_ns;
+	double cost_pct;              /* estimated for the last window */
+	uint64_t pause_ns;            /* after each window, by the duty cycle */
+	double recorded_pct;          /* share of the time recorded, 100: all */
 };
 
 struct xla {
 	struct rp_collector_env env;
 	struct rp_xla_profile_opts opts;
 	unsigned timeout_ms;
+	unsigned budget_pct;          /* [xla] overhead_budget; 0: none */
+	uint64_t event_cost_ns;       /* [xla] event_cost */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	bool stop;                    /* guarded by lock */
@@ -88,17 +113,24 @@ struct xla {
 	char registry[PATH_MAX + 32]; /* <state_dir>/xla-endpoints */
 	char proc_root[PATH_MAX];
 	pthread_t registry_thread;
+	/* Serializes adding and retiring endpoints: the registry thread and
+	 * detach (an API thread). */
+	pthread_mutex_t registry_lock;
 	atomic_uint_least64_t lost;   /* dropped by full rings or refused rings */
+	/* Of endpoints retired, so that the counters in status never go back;
+	 * under lock. */
+	uint64_t retired_events, retired_windows;
 };
 
-static const char *const value_names[] = { "endpoints", "windows", "gap_ms", "backing_off", NULL };
+static const char *const value_names[] = { "endpoints", "windows", "gap_ms", "backing_off",
+					    "recorded_pct", NULL };
 
-/* Wait ns or until the collector or ep (NULL: none) stops; true when
- * stopping. */
-static bool wait_or_stop(struct xla *x, const struct endpoint *ep, uint64_t ns)
+/* Wait ns or until the collector or ep (NULL: none) stops, or (until_last)
+ * ep is asked for its last window; true when stopping. */
+static bool wait_or_stop(struct xla *x, const struct endpoint *ep, uint64_t ns, bool until_last)
 {
 	pthread_mutex_lock(&x->lock);
-	if (!x->stop && !(ep && ep->quit) && ns)
+	if (!x->stop && !(ep && (ep->quit || (until_last && ep->last))) && ns)
 		rp_cond_wait_ns(&x->wake, &x->lock, ns);
 	bool stop = x->stop || (ep && ep->quit);
 	pthread_mutex_unlock(&x->lock);
@@ -178,7 +210,7 @@ static bool room(struct endpoint *ep, struct rp_shmring *ring)
 {
 	uint64_t waited = 0;
 	while (rp_shmring_free_bytes(ring) < OP_RECORD_MAX && waited < RING_WAIT_MAX_NS) {
-		if (wait_or_stop(ep->x, ep, 1000000))
+		if (wait_or_stop(ep->x, ep, 1000000, false))
 			return false;
 		waited += 1000000;
 	}
@@ -240,10 +272,15 @@ static int put_event(const struct rp_xla_event *e, void *arg)
 
 /* One window from the server: a snapshot of the continuous session
  * (started here when none is open), or a Profile call where the server
- * has no continuous profiling. */
-static int pull(struct endpoint *ep, struct rp_xla_window *w, struct rp_err *err)
+ * has no continuous profiling.  The last window of a leaving workload is
+ * what its open session holds, if any: nothing is started then.  *last:
+ * whether the workload asked for its last window before this one was
+ * asked for (then it reaches up to the workload's leaving). */
+static int pull(struct endpoint *ep, bool *last, struct rp_xla_window *w, struct rp_err *err)
 {
 	struct xla *x = ep->x;
+	if (*last && !ep->session_open)
+		return 0;
 	if (ep->mode != MODE_PROFILE && !ep->session_open) {
 		int rc = rp_xla_start_continuous(ep->addr, &x->opts, x->timeout_ms, err);
 		if (rc == -ENOSYS) {
@@ -253,23 +290,35 @@ static int pull(struct endpoint *ep, struct rp_xla_window *w, struct rp_err *err
 		} else {
 			ep->mode = MODE_CONTINUOUS;
 			ep->session_open = true;
+			ep->recording_since_ns = rp_clock_now_ns();
 		}
 	}
-	if (ep->mode == MODE_PROFILE)
-		return rp_xla_profile(ep->addr, &x->opts, x->timeout_ms, MAX_RESPONSE, w, err);
-	if (wait_or_stop(x, ep, x->opts.duration_ms * 1000000ull))
+	if (ep->mode == MODE_PROFILE) {
+		uint64_t asked = rp_clock_now_ns();
+		int rc = rp_xla_profile(ep->addr, &x->opts, x->timeout_ms, MAX_RESPONSE, w, err);
+		ep->win_span_ns = rp_clock_now_ns() - asked;
+		return rc;
+	}
+	if (wait_or_stop(x, ep, x->opts.duration_ms * 1000000ull, true))
 		return -ECANCELED;
+	pthread_mutex_lock(&x->lock);
+	*last = ep->last;
+	pthread_mutex_unlock(&x->lock);
+	uint64_t asked = rp_clock_now_ns();
 	int rc = rp_xla_get_snapshot(ep->addr, x->timeout_ms, MAX_RESPONSE, w, err);
+	ep->win_span_ns = rp_clock_now_ns() - ep->recording_since_ns;
+	ep->recording_since_ns = asked;
 	if (rc < 0)
 		ep->session_open = false; /* start afresh: the server may have restarted */
 	return rc;
 }
 
 /* Pull, decode and write one window. */
-static int one_window(struct endpoint *ep, struct rp_err *err)
+static int one_window(struct endpoint *ep, bool *last, struct rp_err *err)
 {
 	struct rp_xla_window w = { 0 };
-	int rc = pull(ep, &w, err);
+	ep->win_span_ns = 0;
+	int rc = pull(ep, last, &w, err);
 	if (rc < 0)
 		return rc;
 	uint64_t prev_end = ep->written_end_ns;
@@ -285,22 +334,61 @@ static int one_window(struct endpoint *ep, struct rp_err *err)
 	ep->duplicates += ep->win_dups;
 	if (prev_end && ep->win_start_ns > prev_end)
 		ep->gap_ns = ep->win_start_ns - prev_end;
-	ep->state = ep->mode == MODE_CONTINUOUS ? "continuous" : "profile";
 	pthread_mutex_unlock(&ep->x->lock);
 	return n < 0 ? (int)n : 0;
+}
+
+/* The duty cycle's pause after a window that took span_ns (recording and
+ * serializing) and held events over extent_ns: none while their estimated
+ * cost (percent of the workload's time while recorded, *cost_pct) is
+ * within the budget, else long enough that span_ns out of every span_ns +
+ * pause brings it down to the budget.  The rate is over the events' own
+ * extent, not the span: a server records nothing while it serializes (JAX
+ * loses a few hundred ms there), and counting that time would halve the
+ * rate of a busy program.  RATE_EXTENT_MIN_NS keeps a handful of close
+ * events from looking like a flood. */
+static uint64_t pause_after(const struct xla *x, uint64_t events, uint64_t extent_ns,
+			    uint64_t span_ns, double *cost_pct)
+{
+	extent_ns = extent_ns > RATE_EXTENT_MIN_NS ? extent_ns : RATE_EXTENT_MIN_NS;
+	*cost_pct = 100.0 * (double)events * (double)x->event_cost_ns / (double)extent_ns;
+	if (!x->budget_pct || *cost_pct <= x->budget_pct)
+		return 0;
+	double pause = (double)span_ns * (*cost_pct / x->budget_pct - 1);
+	return pause < (double)PAUSE_MAX_NS ? (uint64_t)pause : PAUSE_MAX_NS;
 }
 
 static void *endpoint_main(void *arg)
 {
 	struct endpoint *ep = arg;
 	struct xla *x = ep->x;
-	uint64_t backoff = 0;
-	while (!wait_or_stop(x, ep, backoff)) {
-		struct rp_err err = { 0 };
-		int rc = one_window(ep, &err);
-		if (rc == -ECANCELED)
-			break;
+	uint64_t backoff = 0, delay = 0;
+	while (!wait_or_stop(x, ep, delay, true)) {
 		pthread_mutex_lock(&x->lock);
+		bool last = ep->last;
+		pthread_mutex_unlock(&x->lock);
+		struct rp_err err = { 0 };
+		double cost = 0;
+		int rc = one_window(ep, &last, &err);
+		if (rc == -ECANCELED || last)
+			break;
+		uint64_t pause = rc < 0 ? 0 : pause_after(x, ep->win_events + ep->win_dups,
+							  ep->win_end_ns - ep->win_start_ns,
+							  ep->win_span_ns, &cost);
+		if (pause && ep->session_open) {
+			/* Nothing is recorded while paused: the pause is the point. */
+			struct rp_err why = { 0 };
+			(void)rp_xla_stop_continuous(ep->addr, 2000, &why);
+			ep->session_open = false;
+		}
+		pthread_mutex_lock(&x->lock);
+		ep->state = ep->mode == MODE_CONTINUOUS ? "continuous" : "profile";
+		if (rc == 0) {
+			ep->cost_pct = cost;
+			ep->pause_ns = pause;
+			ep->recorded_pct = 100.0 * (double)ep->win_span_ns /
+					   (double)(ep->win_span_ns + pause + !ep->win_span_ns);
+		}
 		if (rc < 0) {
 			backoff = backoff ? backoff * 2 : BACKOFF_MIN_NS;
 			if (backoff > BACKOFF_MAX_NS)
@@ -312,6 +400,7 @@ static void *endpoint_main(void *arg)
 			backoff = 0;
 		}
 		ep->backoff_ns = backoff;
+		delay = rc < 0 ? backoff : pause;
 		pthread_mutex_unlock(&x->lock);
 	}
 	if (ep->session_open) {
@@ -350,16 +439,22 @@ static int add_endpoint(struct xla *x, const char *addr, size_t len, uint32_t pi
 	return 0;
 }
 
-/* End ep's thread and free its slot. */
-static void retire(struct xla *x, struct endpoint *ep)
+/* End ep's thread and free its slot: at once, or after one last window
+ * (the workload is leaving). */
+static void retire(struct xla *x, struct endpoint *ep, bool last_window)
 {
 	pthread_mutex_lock(&x->lock);
-	ep->quit = true;
+	if (last_window)
+		ep->last = true;
+	else
+		ep->quit = true;
 	pthread_cond_broadcast(&x->wake);
 	pthread_mutex_unlock(&x->lock);
 	pthread_join(ep->thread, NULL);
 	pthread_mutex_lock(&x->lock);
 	ep->active = false;
+	x->retired_events += ep->events;
+	x->retired_windows += ep->windows;
 	pthread_mutex_unlock(&x->lock);
 }
 
@@ -379,7 +474,7 @@ static void scan_registry(struct xla *x)
 		if (ep->active && ep->pid && !process_alive(x, ep->pid)) {
 			char path[PATH_MAX + 64];
 			snprintf(path, sizeof(path), "%s/%u", x->registry, ep->pid);
-			retire(x, ep);
+			retire(x, ep, false);
 			(void)unlink(path);
 		}
 	}
@@ -412,7 +507,7 @@ static void scan_registry(struct xla *x)
 		if (known && !strcmp(known->addr, addr))
 			continue;
 		if (known)
-			retire(x, known); /* registered again, with another server */
+			retire(x, known, false); /* registered again, with another server */
 		struct rp_err err = { 0 };
 		if (add_endpoint(x, addr, strlen(addr), (uint32_t)pid, &err) < 0)
 			fprintf(stderr, "ringprofd: XLA endpoint %s of process %lu: %s\n", addr, pid,
@@ -424,10 +519,30 @@ static void scan_registry(struct xla *x)
 static void *registry_main(void *arg)
 {
 	struct xla *x = arg;
-	do
+	do {
+		pthread_mutex_lock(&x->registry_lock);
 		scan_registry(x);
-	while (!wait_or_stop(x, NULL, REGISTRY_PERIOD_NS));
+		pthread_mutex_unlock(&x->registry_lock);
+	} while (!wait_or_stop(x, NULL, REGISTRY_PERIOD_NS, false));
 	return NULL;
+}
+
+/* The workload pid is leaving (its registration is gone already, so the
+ * registry thread does not pull from it again): its last window, then its
+ * session stopped and its slot freed.  Bounded by the window's deadline. */
+static int detach(void *state, uint32_t pid, struct rp_err *err)
+{
+	(void)err;
+	struct xla *x = state;
+	struct endpoint *ep = NULL;
+	pthread_mutex_lock(&x->registry_lock);
+	for (unsigned i = 0; i < MAX_ENDPOINTS && !ep; i++)
+		if (x->eps[i].active && x->eps[i].pid == pid)
+			ep = &x->eps[i];
+	if (ep)
+		retire(x, ep, true);
+	pthread_mutex_unlock(&x->registry_lock);
+	return ep != NULL;
 }
 
 static void free_xla(struct xla *x)
@@ -436,6 +551,7 @@ static void free_xla(struct xla *x)
 		for (unsigned r = 0; r < x->eps[i].nrings; r++)
 			rp_shmring_close(x->eps[i].rings[r].ring);
 	pthread_cond_destroy(&x->wake);
+	pthread_mutex_destroy(&x->registry_lock);
 	pthread_mutex_destroy(&x->lock);
 	free(x);
 }
@@ -474,7 +590,10 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 	x->opts.device_tracer_level = cfg->xla_device_tracer_level;
 	x->opts.python_tracer_level = cfg->xla_python_tracer_level;
 	x->timeout_ms = (unsigned)x->opts.duration_ms + PULL_SLACK_MS;
+	x->budget_pct = cfg->xla_overhead_budget_pct;
+	x->event_cost_ns = cfg->xla_event_cost_ns;
 	pthread_mutex_init(&x->lock, NULL);
+	pthread_mutex_init(&x->registry_lock, NULL);
 	rp_cond_init_monotonic(&x->wake);
 	snprintf(x->registry, sizeof(x->registry), "%s/%s", cfg->state_dir, RP_XLA_REGISTRY_DIR);
 	snprintf(x->proc_root, sizeof(x->proc_root), "%s", env->proc_root);
@@ -497,10 +616,13 @@ static int start(const struct rp_collector_env *env, void **out, struct rp_err *
 static void stats(void *state, struct rp_collector_stats *st)
 {
 	struct xla *x = state;
-	uint64_t lost = atomic_load(&x->lost), gap = 0, windows = 0, backing = 0;
+	uint64_t lost = atomic_load(&x->lost), gap = 0, backing = 0;
+	double recorded = 100;
 	size_t used = 0;
 	unsigned shown = 0;
 	pthread_mutex_lock(&x->lock);
+	uint64_t windows = x->retired_windows;
+	st->events = x->retired_events;
 	for (unsigned i = 0; i < MAX_ENDPOINTS; i++) {
 		const struct endpoint *ep = &x->eps[i];
 		if (!ep->active)
@@ -509,15 +631,23 @@ static void stats(void *state, struct rp_collector_stats *st)
 		windows += ep->windows;
 		gap = ep->gap_ns > gap ? ep->gap_ns : gap;
 		backing += !strcmp(ep->state, "backing off");
+		char duty[200] = "";
+		if (ep->pause_ns) {
+			recorded = ep->recorded_pct < recorded ? ep->recorded_pct : recorded;
+			snprintf(duty, sizeof(duty), ", recording %.0f%% of the time (a pause of %.1f s "
+				 "after each window: its events would cost about %.0f%% of its time, "
+				 "over [xla] overhead_budget = %u%%)", ep->recorded_pct,
+				 (double)ep->pause_ns / 1e9, ep->cost_pct, x->budget_pct);
+		}
 		if (used < sizeof(st->detail)) {
 			int n = snprintf(st->detail + used, sizeof(st->detail) - used,
 					 "%s%s (pid %u): %s, %llu windows, %llu events, %llu duplicates "
-					 "skipped, gap %llu ms, %llu failures%s%s%s",
+					 "skipped, gap %llu ms, %llu failures%s%s%s%s",
 					 shown++ ? "; " : "", ep->addr, ep->pid, ep->state,
 					 (unsigned long long)ep->windows, (unsigned long long)ep->events,
 					 (unsigned long long)ep->duplicates,
 					 (unsigned long long)(ep->gap_ns / 1000000),
-					 (unsigned long long)ep->failures,
+					 (unsigned long long)ep->failures, duty,
 					 ep->error[0] ? ", last error: " : "", ep->error,
 					 ep->backoff_ns ? " (retrying with back-off)" : "");
 			used += n > 0 ? (size_t)n : 0;
@@ -535,6 +665,7 @@ static void stats(void *state, struct rp_collector_stats *st)
 	st->values[1] = windows;
 	st->values[2] = gap / 1000000;
 	st->values[3] = backing;
+	st->values[4] = (uint64_t)recorded;
 }
 
 const struct rp_collector rp_xla_collector = {
@@ -545,5 +676,6 @@ const struct rp_collector rp_xla_collector = {
 	.values = value_names,
 	.start = start,
 	.stats = stats,
+	.detach = detach,
 	.stop = stop,
 };

@@ -40,6 +40,10 @@ static const struct rp_config_key xla_keys[] = {
 	 RP_CONFIG_DAEMON(xla_device_tracer_level)},
 	{"python_tracer_level", RP_CONFIG_UINT, .min = 0, .max = 1, .def = "0",
 	 RP_CONFIG_DAEMON(xla_python_tracer_level)},
+	{"overhead_budget", RP_CONFIG_UINT, .min = 0, .max = 100, .def = "3",
+	 RP_CONFIG_DAEMON(xla_overhead_budget_pct)},
+	{"event_cost", RP_CONFIG_DURATION, .min = 1, .max = RP_CONFIG_MS, .def = "5us",
+	 RP_CONFIG_DAEMON(xla_event_cost_ns)},
 };
 
 const struct rp_config_section rp_xla_config = {"xla", RP_CONFIG_KEYS(xla_keys)};

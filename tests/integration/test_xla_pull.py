@@ -11,6 +11,7 @@ import collections
 import json
 import os
 import pathlib
+import re
 import shutil
 import socket
 import struct
@@ -414,6 +415,9 @@ exports = all
 [xla]
 endpoints = {endpoints}
 window = 1s
+# Every window: the tests count events over spans the duty cycle would
+# leave out (test_overhead_budget_pauses_between_windows covers it).
+overhead_budget = 0
 """
 
 
@@ -517,6 +521,39 @@ def test_daemon_pulls_xla_ops_into_a_snapshot(jax_server, tmp_path):
         d.stop()
 
 
+def test_overhead_budget_pauses_between_windows(jax_server, tmp_path):
+    """At the defaults ([xla] overhead_budget = 3%, event_cost = 1us) the
+    tiny-op loop's events would cost it far more than 3% of its time: the
+    collector pauses after each window so that it records only a share of
+    the time, and status says how much and why.  With a cost per event
+    that keeps it under the budget, it records all the time."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    addr, _ = jax_server
+    base = DAEMON_CONFIG.format(endpoints=addr).replace("window = 1s", "window = 200ms")
+    for name, xla_conf in (("defaults", ""), ("cheap", "event_cost = 1ns\n")):
+        conf = base.replace("overhead_budget = 0\n", xla_conf)
+        (tmp_path / name).mkdir()
+        d = Daemon(tmp_path / name, config=conf).start()
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and xla_collector(d).get("windows", 0) < 2:
+                time.sleep(0.2)
+            col = xla_collector(d)
+            assert col["windows"] >= 2 and col["events"] > 1000, (col, open(d.log).read())
+            if name == "cheap":
+                assert col["recorded_pct"] == 100 and "recording" not in col["detail"], col
+                continue
+            assert 0 < col["recorded_pct"] < 50, col
+            m = re.search(r"recording (\d+)% of the time \(a pause of ([\d.]+) s after each "
+                          r"window: its events would cost about (\d+)% of its time, over \[xla\] "
+                          r"overhead_budget = 3%\)", col["detail"])
+            assert m and int(m[3]) > 3, col["detail"]
+            # The windows lie that far apart.
+            assert col["gap_ms"] >= 0.5 * float(m[2]) * 1000, col
+        finally:
+            d.stop()
+
+
 def test_daemon_survives_dead_and_hanging_endpoints(tmp_path):
     """A port nobody listens on and a server that never answers: the
     daemon stays healthy, backs off, and status says what happened."""
@@ -600,6 +637,86 @@ def test_attach_registers_the_workload(tmp_path):
         if proc and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+        d.stop()
+
+
+def test_detach_route(tmp_path):
+    """POST /v1/xla/endpoints/PID/detach for a process that registered
+    nothing, a registration whose server is gone, and no process."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="")).start()
+    try:
+        assert d.ok("POST", f"/v1/xla/endpoints/{os.getpid()}/detach") == {
+            "pid": os.getpid(), "detached": []}
+        # Registered (this process, a port nobody serves): backing off, then
+        # forgotten by the detach, registration file and all.
+        d.ok("POST", "/v1/xla/endpoints", {"address": f"127.0.0.1:{free_port()}",
+                                            "pid": os.getpid()})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not xla_collector(d)["endpoints"]:
+            time.sleep(0.2)
+        assert xla_collector(d)["endpoints"] == 1, xla_collector(d)
+        assert d.ok("POST", f"/v1/xla/endpoints/{os.getpid()}/detach") == {
+            "pid": os.getpid(), "detached": ["xla"]}
+        deadline = time.monotonic() + 10  # status is refreshed once a round
+        while time.monotonic() < deadline and xla_collector(d)["endpoints"]:
+            time.sleep(0.2)
+        assert xla_collector(d)["endpoints"] == 0, xla_collector(d)
+        assert not os.path.exists(os.path.join(d.state_dir, "xla-endpoints", str(os.getpid())))
+        for bad in ("x1", "0", "99999999999"):
+            status, body = d.request("POST", f"/v1/xla/endpoints/{bad}/detach")
+            assert status == 400 and "not a process id" in body["error"]["message"], body
+        status, _ = d.request("GET", f"/v1/xla/endpoints/{os.getpid()}/detach")
+        assert status == 405
+        assert d.alive()
+    finally:
+        d.stop()
+
+
+@pytest.mark.skipif(SANITIZED, reason="the workload imports jaxlib, which cannot run with the ASan "
+                    "runtime preloaded, and the ringprof package of the sanitized pass needs it: "
+                    "checked in the normal pass")
+def test_exit_detaches_with_the_last_window(tmp_path):
+    """A workload that attached and exits says so (ringprof.xla's atexit):
+    the daemon pulls its last window before it goes, so a session holds
+    its steps up to the last one, and forgets the server at once rather
+    than once it sees the process gone.  The window is longer than the
+    run, so that the only window pulled is the one of the detach (JAX's
+    continuous profiling loses what happens while it serializes a
+    snapshot: a gap of a few hundred ms after each)."""
+    from daemon_harness import Daemon  # noqa: PLC0415
+    d = Daemon(tmp_path, config=DAEMON_CONFIG.format(endpoints="").replace(
+        "exports = all", "exports = json").replace("window = 1s", "window = 60s")).start()
+    try:
+        d.cli("start", "--name", "whole", check=True)
+        log = tmp_path / "steps.log"
+        env = dict(d.env())
+        env.pop("LD_PRELOAD", None)  # as workload_env(): JAX is not our code
+        r = subprocess.run([sys.executable, str(WORKLOAD), "attach", "4", str(log)], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "may be lost" not in r.stderr, r.stderr
+        deadline = time.monotonic() + 10  # status is refreshed once a round
+        while time.monotonic() < deadline and xla_collector(d)["endpoints"]:
+            time.sleep(0.2)
+        col = xla_collector(d)
+        assert col["endpoints"] == 0 and col["windows"] == 1, col
+        assert col["events"] > 1000 and col["lost"] == 0, col
+
+        d.cli("stop", "whole", "--wait", check=True)
+        out = tmp_path / "whole.json"
+        d.cli("export", "whole", "--format", "json", "-o", str(out), check=True)
+        steps = [e for e in json.load(open(out))["trace_events"]
+                 if e["type"] == "xla_op" and e["name"] == "train"]
+        assert len(steps) > 100, len(steps)
+        # The session's times are CLOCK_REALTIME, the log's CLOCK_MONOTONIC.
+        wall_minus_mono = time.time_ns() - time.clock_gettime_ns(MONO)
+        last, (before, after) = max(step_brackets(log).items())
+        last_end = max(e["timestamp"] + e["duration"] for e in steps)
+        assert last_end >= before + wall_minus_mono - 5_000_000, (
+            f"the last step ({last}) ended {(before + wall_minus_mono - last_end) / 1e6:.0f} ms "
+            "after the last one recorded", open(d.log).read())
+        assert d.alive()
+    finally:
         d.stop()
 
 

@@ -6,7 +6,8 @@ ringprof.xla.attach(), which registers it with ringprofd), compiles a jitted tra
 step, prints "ready" and then runs steps, each inside a StepTraceAnnotation
 named "train" (step_num = the step), for SECONDS.  Every 64th step is
 bracketed in STEP_LOG ("step N BEFORE AFTER", CLOCK_MONOTONIC ns read just
-outside the annotation), which the tests hold the pulled times against.
+outside the annotation), which the tests hold the pulled times against, and
+so is the last step.
 With TRACE_DIR the whole run is also traced in-process with
 jax.profiler.trace.
 """
@@ -45,9 +46,12 @@ def main():
         before = time.clock_gettime_ns(mono)
         with jax.profiler.StepTraceAnnotation("train", step_num=step):
             w = train_step(w, x, y).block_until_ready()
+        after = time.clock_gettime_ns(mono)
         if log and step % 64 == 0:
-            log.write(f"step {step} {before} {time.clock_gettime_ns(mono)}\n")
+            log.write(f"step {step} {before} {after}\n")
         step += 1
+    if log and (step - 1) % 64:
+        log.write(f"step {step - 1} {before} {after}\n")
     print("steps", step, flush=True)
 
 

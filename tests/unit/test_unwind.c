@@ -1,8 +1,9 @@
 /* collectors/cpu/unwind: stacks recorded here the way the BPF sampler
  * records them (the user registers and the stack's top, read as
- * bpf_probe_read_user reads it), unwound offline with this program's CFI;
+ * bpf_probe_read_user reads it), unwound offline with this program's CFI
+ * twice, by the compiled rows and by libdwfl alone, to the same frames;
  * hostile stacks (random words, a frame that returns to itself,
- * registers anywhere) stay bounded.  The whole path, BPF copy and daemon,
+ * registers anywhere) stay bounded and agree too.  The whole path, BPF copy and daemon,
  * runs in tests/integration/test_unwind.py. */
 #include <errno.h>
 #include <setjmp.h>
@@ -80,6 +81,53 @@ NO_FP static uint64_t chain_a(volatile uint64_t *work)
 	return chain_b(local) + 1;
 }
 
+/* chain_b's caller whose CFI finds the CFA through an expression
+ * (DW_CFA_def_cfa_expression: DW_OP_breg7 16, the same rsp + 16 as a
+ * rule), which no compiled row has: its callees' samples go to libdwfl. */
+uint64_t chain_expr(volatile uint64_t *work);
+__asm__(".text\n"
+	".type chain_expr, @function\n"
+	"chain_expr:\n"
+	".cfi_startproc\n"
+	"	sub $8, %rsp\n"
+	"	.cfi_escape 0x0f, 0x02, 0x77, 0x10\n"
+	"	call chain_b\n"
+	"	add $8, %rsp\n"
+	"	.cfi_def_cfa_offset 8\n"
+	"	ret\n"
+	".cfi_endproc\n"
+	".size chain_expr, .-chain_expr\n");
+
+/* chain_b's caller with an early return whose epilogue the CFI brackets
+ * with DW_CFA_remember_state and DW_CFA_restore_state, as gcc does: after
+ * the restore libdw gives the row's start as the remembered state's, rows
+ * before, so a compiled row must not reach down from the call to the
+ * early return (rsp + 8 there, rsp + 32 at the call). */
+uint64_t chain_remember(volatile uint64_t *work);
+extern const char chain_remember_early_ret[] __attribute__((visibility("hidden")));
+__asm__(".text\n"
+	".type chain_remember, @function\n"
+	"chain_remember:\n"
+	".cfi_startproc\n"
+	"	sub $24, %rsp\n"
+	"	.cfi_def_cfa_offset 32\n"
+	"	test %rdi, %rdi\n"
+	"	jne 1f\n"
+	"	.cfi_remember_state\n"
+	"	add $24, %rsp\n"
+	"	.cfi_def_cfa_offset 8\n"
+	".hidden chain_remember_early_ret\n"
+	"chain_remember_early_ret:\n"
+	"	ret\n"
+	"1:\n"
+	"	.cfi_restore_state\n"
+	"	call chain_b\n"
+	"	add $24, %rsp\n"
+	"	.cfi_def_cfa_offset 8\n"
+	"	ret\n"
+	".cfi_endproc\n"
+	".size chain_remember, .-chain_remember\n");
+
 static struct rp_unwind_input input(void)
 {
 	return (struct rp_unwind_input){ .pid = (uint32_t)getpid(), .tid = (uint32_t)gettid(),
@@ -95,28 +143,95 @@ static struct rp_unwind *new_unwind(void)
 	return u;
 }
 
+/* Unwinds in with the compiled rows (u) and with libdwfl alone (dwfl):
+ * both give the same frames.  Returns how many. */
+static unsigned unwind_both(struct rp_unwind *u, struct rp_unwind *dwfl,
+			    const struct rp_unwind_input *in, uint64_t *frames, unsigned max)
+{
+	uint64_t by_dwfl[RP_SAMPLER_DEPTH_MAX];
+	unsigned n = rp_unwind_stack(u, in, frames, max);
+	assert_int_equal(rp_unwind_stack(dwfl, in, by_dwfl, max), n);
+	assert_memory_equal(frames, by_dwfl, n * sizeof(frames[0]));
+	return n;
+}
+
+static struct rp_unwind *new_dwfl_only(void)
+{
+	struct rp_unwind *u = new_unwind();
+	rp_unwind_use_rules(u, false);
+	return u;
+}
+
 static void test_recorded_stack(void **state)
 {
 	(void)state;
 	volatile uint64_t work = 7;
 	assert_int_equal(chain_a(&work), 7 + 3 + 2);
 	assert_true(rec.len >= 512);
-	struct rp_unwind *u = new_unwind();
+	struct rp_unwind *u = new_unwind(), *dwfl = new_dwfl_only();
 	uint64_t frames[RP_SAMPLER_DEPTH_MAX];
 	struct rp_unwind_input in = input();
-	unsigned n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	unsigned n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
 	/* chain_c's ip, then into chain_b, chain_a, this test, cmocka, main. */
 	assert_true(n >= 5);
 	assert_int_equal(frames[0], rec.ip);
 	assert_int_equal(frames[1], rec.returns[0]);
 	assert_int_equal(frames[2], rec.returns[1]);
 	assert_int_equal(frames[3], rec.returns[2]);
-	/* Bounded by max; the second sample reuses the process's mappings. */
-	assert_int_equal(rp_unwind_stack(u, &in, frames, 2), 2);
+	/* Bounded by max; the second sample reuses the process's mappings
+	 * and the rows compiled for the first. */
 	struct rp_unwind_stats st;
 	rp_unwind_stats(u, &st);
+	uint64_t rows = st.rows;
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, 2), 2);
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX), n);
+	rp_unwind_stats(u, &st);
 	assert_int_equal(st.processes, 1);
-	assert_int_equal(st.unwound, 2);
+	assert_int_equal(st.unwound, 3);
+	assert_int_equal(st.by_rules, 3);
+	assert_true(rows >= 4);
+	assert_int_equal(st.rows, rows);
+	rp_unwind_stats(dwfl, &st);
+	assert_int_equal(st.by_rules, 0);
+	assert_int_equal(st.rows, 0);
+
+	/* Through a frame whose CFA is an expression: libdwfl unwinds it,
+	 * and the rows agree up to it. */
+	assert_int_equal(chain_expr(&work), 7 + 3 + 1);
+	in = input();
+	rp_unwind_stats(u, &st);
+	uint64_t by_rules = st.by_rules;
+	n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	assert_true(n >= 5);
+	assert_int_equal(frames[1], rec.returns[0]);
+	assert_int_equal(frames[2], rec.returns[1]);
+	assert_true(frames[2] > (uint64_t)(uintptr_t)chain_expr &&
+		    frames[2] < (uint64_t)(uintptr_t)chain_expr + 16);
+	/* Past it into this test. */
+	assert_true(frames[3] > (uint64_t)(uintptr_t)test_recorded_stack &&
+		    frames[3] < (uint64_t)(uintptr_t)test_recorded_stack + 4096);
+	rp_unwind_stats(u, &st);
+	assert_int_equal(st.by_rules, by_rules);
+	/* A stack cut before that frame stays on the rows. */
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, 3), 3);
+	rp_unwind_stats(u, &st);
+	assert_int_equal(st.by_rules, by_rules + 1);
+
+	/* Through chain_remember's call (its row compiled), then a sample at
+	 * its early return: rsp + 8 there, the return address at sp. */
+	assert_int_equal(chain_remember(&work), 7 + 3 + 1);
+	in = input();
+	n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
+	assert_true(n >= 4);
+	assert_true(frames[2] > (uint64_t)(uintptr_t)chain_remember &&
+		    frames[2] < (uint64_t)(uintptr_t)chain_remember_early_ret + 16);
+	uint64_t *words = (uint64_t *)rec.stack;
+	words[0] = rec.returns[1];
+	words[3] = rec.returns[0];
+	in.ip = (uint64_t)(uintptr_t)chain_remember_early_ret;
+	assert_true(unwind_both(u, dwfl, &in, frames, 2) == 2);
+	assert_int_equal(frames[1], rec.returns[1]);
+	rp_unwind_free(dwfl);
 
 	/* Votes: RP_UNWIND_AGREE agreeing walks in a row, then counting again;
 	 * one that disagrees starts over; a process never unwound has none. */
@@ -143,7 +258,7 @@ static void test_hostile_stacks(void **state)
 	(void)state;
 	volatile uint64_t work = 1;
 	(void)chain_a(&work);
-	struct rp_unwind *u = new_unwind();
+	struct rp_unwind *u = new_unwind(), *dwfl = new_dwfl_only();
 	uint64_t frames[RP_SAMPLER_DEPTH_MAX];
 	srandom(14);
 	for (unsigned round = 0; round < 2000; round++) {
@@ -161,20 +276,25 @@ static void test_hostile_stacks(void **state)
 			in.ip = (uint64_t)random() << 20;
 		if (round % 7 == 0)
 			in.sp = (uint64_t)random() << 12;
-		unsigned n = rp_unwind_stack(u, &in, frames, RP_SAMPLER_DEPTH_MAX);
+		unsigned n = unwind_both(u, dwfl, &in, frames, RP_SAMPLER_DEPTH_MAX);
 		assert_true(n <= RP_SAMPLER_DEPTH_MAX);
 	}
+	/* Both ways ran: the rows, and libdwfl where ip is in no binary. */
+	struct rp_unwind_stats st;
+	rp_unwind_stats(u, &st);
+	assert_true(st.by_rules > 0 && st.by_rules < 2000);
 	/* Every return address leads back into the same frame: a loop that
 	 * only max ends. */
 	struct rp_unwind_input in = input();
 	for (size_t i = 0; i < rec.len / 8; i++)
 		((uint64_t *)rec.stack)[i] = rec.ip;
-	assert_true(rp_unwind_stack(u, &in, frames, 16) <= 16);
+	assert_true(unwind_both(u, dwfl, &in, frames, 16) <= 16);
 	/* A process that is not there: nothing, no crash. */
 	in.pid = 0x7ffffff0;
-	assert_int_equal(rp_unwind_stack(u, &in, frames, 16), 0);
+	assert_int_equal(unwind_both(u, dwfl, &in, frames, 16), 0);
 	rp_unwind_reap(u);
 	rp_unwind_free(u);
+	rp_unwind_free(dwfl);
 }
 
 /* The frame-pointer walk against the CFI unwind (leaf first): whole, with
