@@ -304,7 +304,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="decodes measured")
     ap.add_argument("--sizes", default="64",
                     help="train step sizes (N: an NxN weight, a 2NxN batch)")
-    ap.add_argument("--seconds", type=float, default=30.0,
+    ap.add_argument("--seconds", type=float, default=60.0,
                     help="per plain and pulled phase: several duty cycles")
     ap.add_argument("--short-seconds", type=float, default=2.0,
                     help="per continuous and traced phase")
