@@ -116,9 +116,12 @@ def test_slowloris_does_not_keep_clients_out(tmp_path):
         attacker.join()
         assert len(answers) >= 8, answers
         assert all(status == 200 for status, _ in answers), answers
-        # Target 1 s; 2.5 s leaves room for a loaded 2-core CI machine.
-        slowest = max(t for _, t in answers)
-        assert slowest < 2.5, sorted(t for _, t in answers)[-5:]
+        # Target 1 s; 2.5 s leaves room for a loaded 2-core CI machine, and
+        # one answer of the 40 or so may be slower (2.55 s once, with JAX
+        # tests beside it).  A daemon that let the attack keep clients out
+        # would hold most of them for its 2 s header deadline or longer.
+        times = sorted(t for _, t in answers)
+        assert sum(t >= 2.5 for t in times) <= 1 and times[-1] < 5, times[-5:]
         # The daemon closed slow connections (header deadline, room for
         # newcomers, per-peer limit), over and over as they came back ...
         assert len(attack.lifetimes) > 500, len(attack.lifetimes)

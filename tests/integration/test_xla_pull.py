@@ -450,7 +450,8 @@ def xla_snapshot(d, name, suffixes):
         if len(hlo) > 100 and len(steps) > 10:
             break
         time.sleep(2)
-    assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps))
+    assert len(hlo) > 100 and len(steps) > 10, (len(ops), len(hlo), len(steps),
+                                                xla_collector(d), open(d.log).read()[-3000:])
     return files, ops, hlo, steps
 
 
