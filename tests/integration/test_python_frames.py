@@ -131,7 +131,10 @@ def test_python_stack_deeper_than_one_read(daemon, python, tmp_path):
     stacks = run_and_snapshot(daemon, python, PY_BURN, tmp_path, str(DEEP))
     total = sum(n for _, n in stacks)
     fib = [(s, n) for s, n in stacks if any(f.startswith("leaf_fib (") for f in s)]
-    assert total >= 100 and sum(n for _, n in fib) > total / 2, (total, stacks[:10])
+    # A count, not a share: the sanitized pass's ASan-preloaded Python
+    # spends more of its time in string_work's allocations (31-35% of the
+    # samples in leaf_fib there, more than half here).
+    assert total >= 100 and sum(n for _, n in fib) >= 50, (total, stacks[:10])
     for stack, _ in fib:
         names = [f for f, file, _ in python_frames(stack) if file == PY_BURN]
         i = names.index("middle")
